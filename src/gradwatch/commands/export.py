@@ -1,0 +1,47 @@
+"""`gradwatch export`: the parsed records of one log, as CSV, JSON lines or Parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from gradwatch.config import Settings
+from gradwatch.errors import InputError, UsageError
+from gradwatch.pipeline import build_parsers, no_format_message
+from gradwatch.parsers.stream import LogStream
+from gradwatch.sources.archive import read_chunks
+
+SUFFIXES = (".csv", ".jsonl", ".parquet")
+
+
+def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) -> int:
+    suffix = Path(out_path).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UsageError(f"--out {out_path}: unknown type {suffix or '(none)'}; use {', '.join(SUFFIXES)}")
+    if suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise UsageError("parquet export needs pyarrow: pip install 'gradwatch[parquet]'") from None
+    stream = LogStream(build_parsers(settings, fmt), path)
+    frames: list[pd.DataFrame] = []
+    for chunk in read_chunks(Path(path)):
+        stream.feed(chunk)
+        frames.append(stream.take().records)
+    stream.close()
+    frames.append(stream.take().records)
+    records = pd.concat(frames, ignore_index=True)
+    if records.empty:
+        raise InputError(no_format_message(Path(path), stream.lines))
+    records = records.replace({"step": {-1: None}})
+    try:
+        if suffix == ".csv":
+            records.to_csv(out_path, index=False)
+        elif suffix == ".jsonl":
+            records.to_json(out_path, orient="records", lines=True)
+        else:
+            records.to_parquet(out_path, index=False)
+    except OSError as e:
+        raise UsageError(f"cannot write {out_path}: {e.strerror or e}") from None
+    return len(records)

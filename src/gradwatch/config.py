@@ -1,0 +1,182 @@
+"""Configuration: the packaged defaults, a user's YAML on top key by key, validated strictly.
+
+Every detector's section is checked against its `Config` dataclass: an unknown key or a value of
+the wrong type is a `ConfigError` naming the file and the dotted key path. YAML is only ever read
+with `yaml.safe_load`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gradwatch.detectors import DETECTORS, DetectorConfig
+from gradwatch.errors import ConfigError
+
+DEFAULT_NAME = "default.yaml"
+
+
+@dataclass(frozen=True)
+class CustomFormat:
+    """A user-defined line format: a regex whose named groups are canonical metric names."""
+
+    name: str
+    pattern: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The effective configuration of one run of gradwatch."""
+
+    detectors: dict[str, DetectorConfig]
+    vocab_size: int | None = None
+    jsonl_aliases: dict[str, str] = field(default_factory=dict)
+    custom_formats: tuple[CustomFormat, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def default_text() -> str:
+    return resources.files("gradwatch").joinpath(DEFAULT_NAME).read_text(encoding="utf-8")
+
+
+def load(path: str | Path | None = None) -> Settings:
+    """Defaults, overridden by the YAML file at `path` when given."""
+    raw = _parse(default_text(), DEFAULT_NAME)
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"cannot read config {p}: {e.strerror or e}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{p}: not a text file (expected YAML)") from None
+        user = _parse(text, str(p))
+        if user is None:
+            user = {}
+        if not isinstance(user, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections, got {_kind(user)}")
+        raw = _merge(raw, user, str(p), "")
+    return _build(raw, str(path) if path else DEFAULT_NAME)
+
+
+def _parse(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}{at}: invalid YAML: {problem}") from None
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "true/false",
+            int: "an integer", float: "a number", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _merge(base: dict[str, Any], user: dict[str, Any], where: str, prefix: str) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in user.items():
+        dotted = f"{prefix}{key}"
+        if key not in base:
+            known = ", ".join(sorted(map(str, base))) or "none"
+            raise ConfigError(f"{where}: unknown key {dotted!r} (known here: {known})")
+        if isinstance(base[key], dict) and not _is_free_mapping(dotted):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: {dotted} must be a mapping, got {_kind(value)}")
+            out[key] = _merge(base[key], value, where, dotted + ".")
+        else:
+            out[key] = value
+    return out
+
+
+def _is_free_mapping(dotted: str) -> bool:
+    """Sections whose keys are the user's own (not a fixed schema)."""
+    return dotted == "formats.jsonl_aliases"
+
+
+def _build(raw: dict[str, Any], where: str) -> Settings:
+    detectors: dict[str, DetectorConfig] = {}
+    for det_id, section in (raw.get("detectors") or {}).items():
+        cls = DETECTORS.get(det_id)
+        if cls is None:
+            raise ConfigError(f"{where}: unknown detector 'detectors.{det_id}' (known: {', '.join(DETECTORS)})")
+        detectors[det_id] = _dataclass_from(cls.Config, section or {}, f"detectors.{det_id}", where)
+    for det_id, cls in DETECTORS.items():
+        detectors.setdefault(det_id, cls.Config())
+    run = raw.get("run") or {}
+    vocab = run.get("vocab_size")
+    if vocab is not None and (not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 2):
+        raise ConfigError(f"{where}: run.vocab_size must be an integer >= 2 or null, got {vocab!r}")
+    formats = raw.get("formats") or {}
+    aliases = formats.get("jsonl_aliases") or {}
+    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
+        raise ConfigError(f"{where}: formats.jsonl_aliases must map strings to metric names")
+    custom = []
+    for i, item in enumerate(formats.get("custom") or []):
+        key = f"formats.custom[{i}]"
+        if not isinstance(item, dict) or set(item) - {"name", "pattern", "description"} or not {"name", "pattern"} <= set(item):
+            raise ConfigError(f"{where}: {key} must be a mapping with 'name' and 'pattern' (and optional 'description')")
+        if not all(isinstance(v, str) for v in item.values()):
+            raise ConfigError(f"{where}: {key}: name, pattern and description must be strings")
+        try:
+            re.compile(item["pattern"])
+        except re.error as e:
+            raise ConfigError(f"{where}: {key}.pattern is not a valid regex: {e}") from None
+        custom.append(CustomFormat(item["name"], item["pattern"], item.get("description", "")))
+    return Settings(detectors, vocab, dict(aliases), tuple(custom), raw)
+
+
+def _dataclass_from(cls: type[DetectorConfig], section: Any, dotted: str, where: str) -> DetectorConfig:
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: {dotted} must be a mapping, got {_kind(section)}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in section.items():
+        if key not in names:
+            raise ConfigError(f"{where}: unknown key '{dotted}.{key}' (known: {', '.join(sorted(names))})")
+        kwargs[key] = _coerce(value, hints[key], f"{dotted}.{key}", where)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {dotted}: {e}") from None
+
+
+def _coerce(value: Any, hint: Any, dotted: str, where: str) -> Any:
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise ConfigError(f"{where}: {dotted} must be {_kind(hint())}, got {_kind(value)} {value!r}")
+
+
+def effective_yaml(settings: Settings) -> str:
+    """The effective config as YAML (what `gradwatch config show` prints)."""
+    data: dict[str, Any] = {
+        "run": {"vocab_size": settings.vocab_size},
+        "formats": {
+            "jsonl_aliases": dict(settings.jsonl_aliases),
+            "custom": [dataclasses.asdict(c) for c in settings.custom_formats],
+        },
+        "detectors": {k: dataclasses.asdict(v) for k, v in settings.detectors.items()},
+    }
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,135 @@
+"""The detector contract, and the small pieces every detector shares.
+
+A detector owns its state, consumes one `Batch` at a time (records in line order plus events) and
+returns alerts. The invariant that the tests hold every detector to: feeding a file in one batch
+or in many small ones gives exactly the same alerts. Detectors therefore compute baselines from
+the stream itself (carrying the tail of a window across batches), never from batch-local views.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from gradwatch.alerts import Alert, Severity
+from gradwatch.parsers.stream import Batch
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DetectorConfig:
+    """Base of every detector's config: `enabled` is common to all."""
+
+    enabled: bool = True
+
+
+class Detector(ABC):
+    """One kind of trouble. Subclasses set `id`, `description`, `Config`, and implement `update`."""
+
+    id: ClassVar[str]
+    description: ClassVar[str]
+    Config: ClassVar[type[DetectorConfig]] = DetectorConfig
+
+    def __init__(self, config: Any = None, path: str = "") -> None:
+        self.config = config if config is not None else self.Config()
+        self.path = path
+
+    @abstractmethod
+    def update(self, batch: Batch) -> list[Alert]:
+        """Consume the next stretch of the log; return the alerts it raised."""
+
+    def finish(self) -> list[Alert]:
+        """End of input: alerts that only the end can decide (a run that stopped logging)."""
+        return []
+
+    def alert(self, severity: Severity, step: int | None, line: int | None, metric: str | None,
+              value: float | None, baseline: float | None, threshold: float | None,
+              message: str, hint: str) -> Alert:
+        return Alert(
+            detector=self.id, severity=severity,
+            step=None if step is None or step < 0 else int(step),
+            metric=metric, value=_num(value), baseline=_num(baseline), threshold=_num(threshold),
+            message=message, hint=hint, line=None if line is None else int(line), path=self.path,
+        )
+
+
+def _num(v: float | None) -> float | None:
+    return None if v is None else float(v)
+
+
+def metric_rows(records: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The rows that logged `metric` with a finite value."""
+    col = records[metric].to_numpy()
+    return records[np.isfinite(col)]
+
+
+def prev_window_median(tail: np.ndarray, values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Median of the `window` values before each of `values`, seeded by `tail` from earlier batches.
+
+    Returns (medians, new tail). A value with no predecessor gets NaN. Because the tail carries the
+    last `window` values across calls, the result does not depend on where batches were cut.
+    """
+    joined = np.concatenate([tail, values])
+    med = pd.Series(joined).rolling(window, min_periods=1).median().shift(1).to_numpy()
+    return med[len(tail):], joined[-window:]
+
+
+def prev_window_count(tail_len: int, n: int, window: int) -> np.ndarray:
+    """How many predecessors (capped at `window`) each of `n` new values has."""
+    return np.minimum(np.arange(tail_len, tail_len + n), window)
+
+
+class Incident:
+    """One alert per incident: open on the first hit, closed after `quiet` clean rows.
+
+    `hit(index)` returns True when the hit opens a new incident (the caller raises its alert);
+    `closes_before(index)` tells whether the open incident ended before row `index`. Row indices
+    count finite rows of the detector's metric over the whole stream, so batch edges do not matter.
+    """
+
+    def __init__(self, quiet: int) -> None:
+        self.quiet = quiet
+        self.open = False
+        self.first_step: int | None = None
+        self.last_hit = -1
+        self.worst = 0.0
+
+    def closes_before(self, index: int) -> bool:
+        return self.open and index - self.last_hit > self.quiet
+
+    def hit(self, index: int, step: int, score: float = 0.0) -> bool:
+        opened = not self.open or index - self.last_hit > self.quiet
+        if opened:
+            self.open, self.first_step, self.worst = True, step, score
+        self.worst = max(self.worst, score)
+        self.last_hit = index
+        return opened
+
+    def close(self) -> int | None:
+        """Mark the incident over; returns the step it started at."""
+        self.open = False
+        return self.first_step
+
+    def scan(self, start: int, n: int, hits: np.ndarray, steps: np.ndarray,
+             scores: np.ndarray | None = None) -> list[tuple[str, int]]:
+        """Walk one batch of `n` rows (global indices start..start+n-1) with hits at `hits`.
+
+        Returns ("open", position) for each hit that opens an incident and ("close", position)
+        for the row at which an open incident has been quiet long enough.
+        """
+        out: list[tuple[str, int]] = []
+        for pos in hits:
+            index = start + int(pos)
+            if self.closes_before(index):
+                out.append(("close", self.last_hit + self.quiet + 1 - start))
+                self.close()
+            score = 0.0 if scores is None else float(scores[pos])
+            if self.hit(index, int(steps[pos]), score):
+                out.append(("open", int(pos)))
+        if self.open and self.last_hit + self.quiet + 1 < start + n:
+            out.append(("close", self.last_hit + self.quiet + 1 - start))
+            self.close()
+        return out

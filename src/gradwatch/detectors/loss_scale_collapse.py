@@ -1,0 +1,141 @@
+"""fp16 dynamic loss scale collapse: the scaler halving again and again instead of recovering.
+
+Sources, in line order: DeepSpeed OVERFLOW / "Reducing dynamic loss scale" events, and the loss
+scale printed in records (Megatron's own fp16). A drop is measured against the last known scale,
+so a record that merely repeats the scale an overflow line already announced is not a second drop.
+
+Normal and silent: the start-up calibration (the scale starts at 2^16 or 2^32 and halves on the
+first steps, `calibration_steps`), and the sawtooth (an isolated overflow, then regrowth).
+Alerts: `consecutive_halvings` halvings on consecutive logged steps; the scale at or under `floor`;
+an overflow rate over `max_overflow_rate` in the last `rate_window` steps; and "Current loss
+scale already at minimum", which is critical.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from gradwatch.alerts import Alert, Severity
+from gradwatch.detectors.base import Detector, DetectorConfig
+from gradwatch.events import EventKind
+from gradwatch.parsers.stream import Batch
+
+_HINT = (
+    "fp16 gradients keep overflowing: right after a resume this points at optimizer or loss-scaler "
+    "state that was not restored; otherwise look for a loss/grad-norm spike at these steps, lower "
+    "the learning rate, or train in bf16"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossScaleCollapseConfig(DetectorConfig):
+    consecutive_halvings: int = 3
+    floor: float = 8.0
+    calibration_steps: int = 100
+    max_overflow_rate: float = 0.2
+    rate_window: int = 100
+    quiet_steps: int = 200
+
+
+class LossScaleCollapse(Detector):
+    id = "loss_scale_collapse"
+    description = "fp16 loss scale halving repeatedly, at a floor, or overflowing too often"
+    Config = LossScaleCollapseConfig
+    config: LossScaleCollapseConfig
+
+    def __init__(self, config: LossScaleCollapseConfig | None = None, path: str = "") -> None:
+        super().__init__(config, path)
+        self._scale: float | None = None
+        self._chain = 0.0  # halvings in the current run of consecutive overflow steps
+        self._chain_step: int | None = None  # last step of that run
+        self._interval: int | None = None
+        self._last_record_step: int | None = None
+        self._overflow_steps: deque[int] = deque()
+        self._quiet_until = -(10**18)
+        self._at_floor = False
+
+    def update(self, batch: Batch) -> list[Alert]:
+        rec = batch.records
+        items: list[tuple[int, int, float | None, float | None, bool]] = []  # line, step, old, new, overflow
+        if len(rec):
+            scale = rec["loss_scale"].to_numpy()
+            for line, step, s in zip(rec["line"].tolist(), rec["step"].tolist(), scale.tolist()):
+                if s == s:  # finite scale logged
+                    items.append((line, step, None, s, False))
+        for ev in batch.events:
+            if ev.kind is EventKind.OVERFLOW and ev.step is not None:
+                items.append((ev.line, ev.step, ev.data["attempted"], ev.data["new"], True))
+            elif ev.kind is EventKind.SCALE_INCREASE and ev.step is not None:
+                items.append((ev.line, ev.step, ev.data["old"], ev.data["new"], False))
+            elif ev.kind is EventKind.SCALE_AT_MINIMUM:
+                items.append((ev.line, ev.step if ev.step is not None else -1, None, -1.0, True))
+        items.sort(key=lambda item: item[0])
+        alerts: list[Alert] = []
+        for line, step, old, new, overflow in items:
+            alert = self._observe(line, step, old, new, overflow)
+            if alert is not None:
+                alerts.append(alert)
+        return alerts
+
+    def _observe(self, line: int, step: int, old: float | None, new: float | None,
+                 overflow: bool) -> Alert | None:
+        if new == -1.0:
+            return self.alert(Severity.CRITICAL, step, line, "loss_scale", self._scale, None, None,
+                              "loss scale already at its minimum: DeepSpeed stops the run", _HINT)
+        is_record = not overflow and old is None
+        contiguous = True
+        if is_record:
+            if self._last_record_step is not None and step > self._last_record_step:
+                gap = step - self._last_record_step
+                self._interval = gap if self._interval is None else min(self._interval, gap)
+                contiguous = gap <= self._interval
+            self._last_record_step = step
+        known = self._scale if old is None else old
+        if is_record and not contiguous:
+            known = None  # steps between the two records were not logged: their drops are unknown
+        if new is None:
+            return None
+        self._scale = new
+        drop = math.log2(known / new) if known and 0 < new < known else 0.0
+        if drop == 0.0 and not overflow:
+            if known is not None and new > known:
+                self._at_floor = False
+            if is_record and self._chain_step is not None and step > self._chain_step:
+                self._chain, self._chain_step = 0.0, None  # a clean step ends a cascade
+            return None
+        window = self.config.rate_window
+        self._overflow_steps.append(step)
+        while self._overflow_steps and self._overflow_steps[0] <= step - window:
+            self._overflow_steps.popleft()
+        interval = self._interval or 1
+        if self._chain_step is not None and step - self._chain_step <= interval:
+            self._chain += drop
+        else:
+            self._chain = drop
+        self._chain_step = step
+        return self._judge(line, step, new, drop, known)
+
+    def _judge(self, line: int, step: int, scale: float, drop: float, before: float | None) -> Alert | None:
+        cfg = self.config
+        if scale <= cfg.floor and drop > 0 and not self._at_floor:
+            self._at_floor = True
+            sev = Severity.CRITICAL if scale <= 1 else Severity.WARNING
+            return self.alert(sev, step, line, "loss_scale", scale, before, cfg.floor,
+                              f"loss scale fell to {scale:g} (floor {cfg.floor:g})", _HINT)
+        if step <= cfg.calibration_steps or step <= self._quiet_until:
+            return None
+        rate = len(self._overflow_steps) / cfg.rate_window
+        if self._chain >= cfg.consecutive_halvings:
+            self._quiet_until = step + cfg.quiet_steps
+            return self.alert(
+                Severity.WARNING, step, line, "loss_scale", scale, None, None,
+                f"loss scale halved {self._chain:.0f} times on consecutive steps, now {scale:g}", _HINT)
+        if rate > cfg.max_overflow_rate:
+            self._quiet_until = step + cfg.quiet_steps
+            return self.alert(
+                Severity.WARNING, step, line, "loss_scale", scale, None, cfg.max_overflow_rate,
+                f"{len(self._overflow_steps)} overflows in the last {cfg.rate_window} steps "
+                f"(rate {rate:.2f} > {cfg.max_overflow_rate:g}); loss scale now {scale:g}", _HINT)
+        return None

@@ -1,0 +1,39 @@
+"""Errors that reach the user, and the exit codes they map to.
+
+    GradwatchError            one clear message, no traceback
+     ├── UsageError           bad flags or arguments                      -> exit 2
+     ├── ConfigError          YAML unreadable, unknown key, wrong type    -> exit 2
+     ├── InputError           missing/unreadable file, no known format    -> exit 2
+     └── PluginError          (reserved for plugins)                      -> exit 2
+
+Each message names the file, line or key path and says how to fix it. `cli.main` catches
+`GradwatchError` once and prints `error: <message>` on stderr.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0  #: no alert at or above --fail-on
+    ALERTS = 1  #: alerts at or above --fail-on
+    USAGE = 2  #: usage error, missing/unreadable file, invalid config, unknown format
+
+
+class GradwatchError(Exception):
+    """An error caused by input we were given, reported as one line and an exit code."""
+
+    exit_code = ExitCode.USAGE
+
+
+class UsageError(GradwatchError):
+    """A flag or argument that does not make sense."""
+
+
+class ConfigError(GradwatchError):
+    """A YAML config that cannot be read or does not match the schema."""
+
+
+class InputError(GradwatchError):
+    """A log file that is missing, unreadable, or in no format we know."""

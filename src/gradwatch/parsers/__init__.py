@@ -1,0 +1,40 @@
+"""Parser registry: trainer families by name, in the order lines are offered to them.
+
+Main parsers come first; auxiliary ones (DeepSpeed engine lines, errors) read lines that appear
+inside every trainer's log. `new_parsers()` gives fresh instances: each file has its own state.
+"""
+
+from __future__ import annotations
+
+from gradwatch.errors import UsageError
+from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers.deepspeed import DeepSpeedParser
+from gradwatch.parsers.errors_parser import ErrorParser
+from gradwatch.parsers.megatron import MegatronParser
+
+__all__ = ["PARSERS", "ParseOutput", "Parser", "new_parsers", "register"]
+
+PARSERS: dict[str, type[Parser]] = {}
+
+
+def register(cls: type[Parser]) -> type[Parser]:
+    """Add a parser class to the registry; refuses a name that is taken."""
+    if cls.name in PARSERS and PARSERS[cls.name] is not cls:
+        raise ValueError(f"parser name {cls.name!r} is already registered by {PARSERS[cls.name]!r}")
+    PARSERS[cls.name] = cls
+    return cls
+
+
+for _cls in (MegatronParser, DeepSpeedParser, ErrorParser):
+    register(_cls)
+
+
+def new_parsers(fmt: str | None = None, extra: list[Parser] | None = None) -> list[Parser]:
+    """Fresh parser instances for one file: all of them, or one format plus the auxiliary ones."""
+    if fmt is not None and fmt not in PARSERS:
+        raise UsageError(f"unknown format {fmt!r}; known formats: {', '.join(sorted(PARSERS))}")
+    chosen = [
+        cls() for name, cls in PARSERS.items() if fmt is None or name == fmt or cls.auxiliary
+    ]
+    main = [p for p in chosen if not p.auxiliary] + list(extra or [])
+    return main + [p for p in chosen if p.auxiliary]

@@ -1,0 +1,76 @@
+"""Text helpers shared by the parsers: launcher prefixes, ANSI escapes, numbers, timestamps."""
+
+from __future__ import annotations
+
+import calendar
+import math
+import re
+
+# Launcher prefixes seen in real logs, outermost first: torch.distributed `[default7]:`, `[rank0]:`,
+# srun --label `0: `, LUMI `nid005143:0 out: `, Ray `(pretraining, pid=4112) `. They may nest.
+_PREFIX = re.compile(
+    r"^(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+|nid\d+:\d+ (?:out|err): |\([\w.-]+, pid=\d+(?:, ip=[\d.]+)?\)\s)+"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+_TS = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[ T_-](\d\d):?(\d\d):?(\d\d)(?:[.,](\d{1,6}))?")
+
+
+def clean(text: str) -> str:
+    """Strip ANSI escapes and launcher prefixes, keep the payload."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if text[:1] in "[0123456789n(":
+        m = _PREFIX.match(text)
+        if m:
+            text = text[m.end() :]
+    return text
+
+
+def number(text: str) -> float:
+    """Parse a number as trainers print it: `1.2E+00`, `195,153`, `nan`, `NAN`, `inf`, `'0.91'`.
+
+    Raises ValueError when the text is not a number.
+    """
+    t = text.strip().strip("'\"‘’“”")
+    if "," in t:
+        t = t.replace(",", "")
+    return float(t)
+
+
+def is_nonfinite(value: float) -> bool:
+    return not math.isfinite(value)
+
+
+_ts_cache: dict[str, float] = {}
+
+
+def timestamp(text: str) -> float | None:
+    """Seconds since the epoch for a line that starts with a date and time, else None.
+
+    Times are read as UTC: logs rarely say their zone, and only differences matter to us.
+    """
+    if len(text) < 19 or not (text[0].isdigit() or (text[0] == "[" and text[1:2].isdigit())):
+        return None
+    m = _TS.match(text)
+    if not m:
+        return None
+    y, mo, d, h, mi, s, frac = m.groups()
+    key = f"{y}{mo}{d}{h}{mi}"
+    base = _ts_cache.get(key)
+    if base is None:
+        try:
+            base = float(calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), 0, 0, 0, 0)))
+        except (ValueError, OverflowError):
+            return None
+        if len(_ts_cache) > 4096:
+            _ts_cache.clear()
+        _ts_cache[key] = base
+    seconds = base + int(s)
+    if frac:
+        seconds += int(frac) / 10 ** len(frac)
+    return seconds
+
+
+def norm_key(key: str) -> str:
+    """Normalise a field name so that `lm loss`, `lm-loss`, `lm_loss` and a hard-wrapped `lm lo ss` match."""
+    return key.lower().replace(" ", "").replace("_", "").replace("-", "")

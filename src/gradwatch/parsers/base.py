@@ -1,0 +1,65 @@
+"""The parser contract: one instance per file and trainer family, fed one cleaned line at a time.
+
+A parser looks at a line and either consumes it (returns True) or leaves it for the others. It
+writes records and events into a `ParseOutput`. Multi-line records (OLMo, Composer) keep their
+state in the parser between calls: `collecting` is True while a record is open, and the stream
+offers the next lines to such a parser first. `flush` closes whatever is still open at the end.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from gradwatch.events import Event, EventKind
+from gradwatch.records import RecordBuilder
+
+
+@dataclass
+class ParseOutput:
+    """Where parsers put what they read; also the running facts parsers share (step, time)."""
+
+    records: RecordBuilder = field(default_factory=RecordBuilder)
+    events: list[Event] = field(default_factory=list)
+    #: step of the latest record or progress line, so that events without a step can be placed
+    last_step: int | None = None
+    #: time of the latest timestamped line, whatever it was
+    last_ts: float | None = None
+    #: how many records each parser produced, to name the file's format
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def record(self, parser: str, step: int | None, line: int, ts: float | None,
+               metrics: dict[str, float], nonfinite: list[str] | tuple[str, ...] = ()) -> None:
+        self.records.add(step, line, ts, metrics, nonfinite, parser)
+        self.counts[parser] = self.counts.get(parser, 0) + 1
+        if step is not None:
+            self.last_step = step
+
+    def event(self, kind: EventKind, line: int, step: int | None = None, ts: float | None = None,
+              **data: Any) -> None:
+        self.events.append(Event(kind, line, step, ts if ts is not None else self.last_ts, data))
+
+
+class Parser(ABC):
+    """One trainer family's line shapes."""
+
+    #: registry id, used by --format and in reports
+    name: ClassVar[str]
+    #: one line for `gradwatch formats`
+    description: ClassVar[str]
+    #: True for parsers whose lines also appear inside other trainers' logs (DeepSpeed engine
+    #: lines in a Megatron log): they never name the file's format unless nothing else matched
+    auxiliary: ClassVar[bool] = False
+
+    @property
+    def collecting(self) -> bool:
+        """True while a multi-line record is open and the next lines belong to it."""
+        return False
+
+    @abstractmethod
+    def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        """Read one cleaned line; return True when it was this parser's line."""
+
+    def flush(self, out: ParseOutput) -> None:  # noqa: B027 - optional hook
+        """Close any record still open (end of input)."""

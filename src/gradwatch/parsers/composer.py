@@ -1,0 +1,168 @@
+"""Composer / llm-foundry ConsoleLogger: a progress marker, then `\\t Train key: value` lines.
+
+Line shapes covered (composer `loggers/console_logger.py`):
+
+    [batch=1/3]:                         max_duration in batches (also `[token=N/M]:`, `[sample=N/M]:`)
+    [epoch=1][batch=5/100]:              max_duration in epochs: batch counts within the epoch
+    \t Train loss/train/total: 12.0570   tab + space (docs copies indent with spaces)
+    [Eval batch=10/10] Eval on eval data:
+    \t Eval metrics/eval/LanguageCrossEntropy: 2.9000
+
+The record ends at the first line that is not a `Train`/`Eval` metric line; that line is left for
+the other parsers. srun's `0:   ` prefix swallows the indentation, so indentation is not required.
+The step is the global batch: `[batch=N/M]` directly; otherwise `time/batch + 1` when logged
+(composer logs `time/batch` before the batch is counted), else `(epoch-1)*M + n` for epoch markers,
+else one more than the previous record. Eval blocks
+become a record with `val_loss` at the last training step, plus a validation event.
+`Loading checkpoint from <path>` (no trailing `...`, which is OLMo's) is a checkpoint-load event.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gradwatch.events import EventKind
+from gradwatch.parsers._text import is_nonfinite, number
+from gradwatch.parsers.base import ParseOutput, Parser
+
+_MARKER = re.compile(r"(?:\[epoch=(\d+)\])?\[(\w+)=(\d+)(?:/(\d+))?\]:\s*$")
+_EVAL_MARKER = re.compile(r"\[Eval batch=\d+/\d+\] Eval on .* data:\s*$")
+_METRIC = re.compile(r"^\s*(Train|Eval) (.+?): (.*)$")
+_LOADING = re.compile(r"Loading checkpoint from (\S+)\s*$")
+
+_TRAIN_KEYS: dict[str, str] = {
+    "loss/train/total": "loss",
+    "l2_norm/grad/global": "grad_norm",
+    "metrics/train/LanguagePerplexity": "ppl",
+    "Perplexity": "ppl",
+    "throughput/device/tokens_per_sec": "tps",
+    "time/token": "tokens",
+    "time/sample": "samples",
+}
+# used only when the preferred key is absent from the record
+_TRAIN_FALLBACK: dict[str, str] = {
+    "metrics/train/LanguageCrossEntropy": "loss",
+    "LanguageCrossEntropy": "loss",
+    "throughput/tokens_per_sec": "tps",  # all devices; the per-device value is preferred
+}
+
+
+class _Open:
+    """The record being read."""
+
+    __slots__ = ("step", "exact", "line", "ts", "metrics", "fallback", "time_batch", "is_eval")
+
+    def __init__(self, step: int | None, line: int, ts: float | None, is_eval: bool,
+                 exact: bool = False) -> None:
+        self.step = step
+        self.exact = exact  # `[batch=N/M]`: N is the global batch
+        self.line = line
+        self.ts = ts
+        self.is_eval = is_eval
+        self.metrics: dict[str, float] = {}
+        self.fallback: dict[str, float] = {}
+        self.time_batch: float | None = None
+
+
+class ComposerParser(Parser):
+    name = "composer"
+    description = "Composer / llm-foundry `[batch=N/M]:` marker + `Train key: value` lines"
+
+    def __init__(self) -> None:
+        self._open: _Open | None = None
+        self._last_step: int | None = None
+
+    @property
+    def collecting(self) -> bool:
+        return self._open is not None
+
+    def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        if self._open is not None:
+            if ": " in text and self._metric_line(text):
+                return True
+            self.flush(out)
+        if "]:" in text:
+            m = _MARKER.search(text)
+            if m is not None:
+                exact = m.group(1) is None and m.group(2) == "batch"
+                self._open = _Open(self._marker_step(m), line, ts, is_eval=False, exact=exact)
+                return True
+        if "Eval on" in text:
+            if _EVAL_MARKER.search(text):
+                self._open = _Open(self._last_step, line, ts, is_eval=True)
+                return True
+            return False
+        if "Loading checkpoint from" in text:
+            m = _LOADING.search(text)
+            if m is None or m.group(1).endswith("..."):
+                return False
+            out.event(EventKind.CHECKPOINT_LOAD, line, None, ts, path=m.group(1))
+            return True
+        return False
+
+    @staticmethod
+    def _marker_step(m: re.Match[str]) -> int | None:
+        epoch, unit, count, total = m.group(1), m.group(2), int(m.group(3)), m.group(4)
+        if unit != "batch":
+            return None  # taken from `time/batch` when the record is closed
+        if epoch is None:
+            return count
+        if total is None:
+            return None
+        return (int(epoch) - 1) * int(total) + count
+
+    def _metric_line(self, text: str) -> bool:
+        assert self._open is not None
+        m = _METRIC.match(text)
+        if m is None or (m.group(1) == "Eval") != self._open.is_eval:
+            return False
+        key, value = m.group(2), m.group(3)
+        rec = self._open
+        if rec.is_eval:
+            if key.endswith("LanguageCrossEntropy") and "val_loss" not in rec.metrics:
+                self._put(rec.metrics, "val_loss", value)
+            return True
+        if key == "time/batch":
+            try:
+                tb = number(value)
+            except ValueError:
+                tb = float("nan")
+            if not is_nonfinite(tb):
+                rec.time_batch = tb
+        canonical = _TRAIN_KEYS.get(key)
+        if canonical is None and key.startswith("lr-"):
+            canonical = "lr"
+        if canonical is not None:
+            if canonical not in rec.metrics:
+                self._put(rec.metrics, canonical, value)
+        elif key in _TRAIN_FALLBACK:
+            self._put(rec.fallback, _TRAIN_FALLBACK[key], value)
+        return True
+
+    @staticmethod
+    def _put(into: dict[str, float], name: str, value: str) -> None:
+        try:
+            into[name] = number(value)
+        except ValueError:
+            pass  # a quoted string or a table
+
+    def flush(self, out: ParseOutput) -> None:
+        rec, self._open = self._open, None
+        if rec is None:
+            return
+        metrics = rec.metrics
+        for name, v in rec.fallback.items():
+            metrics.setdefault(name, v)
+        if not metrics:
+            return
+        step = rec.step
+        if not rec.exact and rec.time_batch is not None and not rec.is_eval:
+            step = int(rec.time_batch) + 1
+        if step is None and not rec.is_eval:
+            step = (self._last_step or 0) + 1
+        nonfinite = [k for k, v in metrics.items() if is_nonfinite(v)]
+        out.record(self.name, step, rec.line, rec.ts, metrics, nonfinite)
+        if rec.is_eval:
+            out.event(EventKind.VALIDATION, rec.line, step, rec.ts, val_loss=metrics["val_loss"])
+        else:
+            self._last_step = step

@@ -1,0 +1,104 @@
+"""DeepSpeed engine lines: fp16 overflows and loss-scale changes, progress, pipeline steps.
+
+These lines interleave with Megatron-DeepSpeed's and the HF Trainer's own lines, so this parser is
+`auxiliary`: its progress lines are records only in a file where no main parser found any.
+Overflow lines carry no step; they belong to the step being computed, one after the last logged.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gradwatch.events import EventKind
+from gradwatch.parsers._text import number
+from gradwatch.parsers.base import ParseOutput, Parser
+
+_ATTEMPTED = re.compile(r"Attempted loss scale:\s*([\d.eE+-]+),\s*(?:reducing to\s*([\d.eE+-]+)|but hysteresis)")
+_REDUCING = re.compile(r"Reducing dynamic loss scale from\s*([\d.eE+-]+)\s*to\s*([\d.eE+-]+)")
+_INCREASING = re.compile(r"Increasing dynamic loss scale from\s*([\d.eE+-]+)\s*to\s*([\d.eE+-]+)")
+_GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration\s+(\d+)")
+_PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^,\]]+)")
+_PIPE_STEPS = re.compile(r"\bsteps: (\d+) loss: (\S+) .*?iter time \(s\): (\S+)")
+_SAVING = re.compile(r"Saving model checkpoint: .*?global_step(\d+)")
+
+
+class DeepSpeedParser(Parser):
+    name = "deepspeed"
+    description = "DeepSpeed engine: OVERFLOW / loss-scale lines, `step=N, skipped=K`, pipeline `steps: N loss: X`"
+    auxiliary = True
+
+    def __init__(self) -> None:
+        # FP16_Optimizer prints "Grad overflow", "Reducing ..." and "Overflow detected" for one
+        # overflow (and every rank repeats them): count each (step, scale) once.
+        self._last_overflow: tuple[int | None, float] | None = None
+
+    def _next_step(self, out: ParseOutput) -> int | None:
+        return None if out.last_step is None else out.last_step + 1
+
+    def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        if "verflow" in text or "loss scale" in text:
+            return self._scale(text, line, ts, out)
+        if "step=" in text and "skipped=" in text:
+            m = _PROGRESS.search(text)
+            if m:
+                step, skipped = int(m.group(1)), int(m.group(2))
+                metrics: dict[str, float] = {}
+                try:
+                    metrics["lr"] = number(m.group(3))
+                except ValueError:
+                    pass
+                out.event(EventKind.SKIP_COUNT, line, step, ts, skipped=skipped)
+                if not out.counts.keys() - {self.name}:
+                    out.record(self.name, step, line, ts, metrics)
+                return True
+        if "steps:" in text and "iter time" in text:
+            m = _PIPE_STEPS.search(text)
+            if m:
+                try:
+                    loss = number(m.group(2))
+                    step_time = number(m.group(3))
+                except ValueError:
+                    return False
+                if not out.counts.keys() - {self.name}:
+                    nonfinite = [] if loss == loss and abs(loss) != float("inf") else ["loss"]
+                    out.record(self.name, int(m.group(1)), line, ts,
+                               {"loss": loss, "step_time_s": step_time}, nonfinite)
+                return True
+        if "Saving model checkpoint" in text:
+            m = _SAVING.search(text)
+            out.event(EventKind.CHECKPOINT_SAVE, line, int(m.group(1)) if m else out.last_step, ts)
+            return True
+        return False
+
+    def _scale(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        if "already at minimum" in text:
+            out.event(EventKind.SCALE_AT_MINIMUM, line, self._next_step(out), ts)
+            return True
+        m = _ATTEMPTED.search(text)
+        if m:
+            attempted = float(m.group(1))
+            new = float(m.group(2)) if m.group(2) else attempted  # hysteresis: scale kept
+            self._overflow(line, ts, out, attempted, new, hysteresis=m.group(2) is None)
+            return True
+        m = _REDUCING.search(text)
+        if m:
+            self._overflow(line, ts, out, float(m.group(1)), float(m.group(2)), hysteresis=False)
+            return True
+        m = _INCREASING.search(text)
+        if m:
+            out.event(EventKind.SCALE_INCREASE, line, self._next_step(out), ts,
+                      old=float(m.group(1)), new=float(m.group(2)))
+            return True
+        if "OVERFLOW" in text or "Grad overflow" in text:
+            # non-fp16 overflow message, or the line announcing "Grad overflow on iteration N"
+            return True
+        return False
+
+    def _overflow(self, line: int, ts: float | None, out: ParseOutput, attempted: float,
+                  new: float, hysteresis: bool) -> None:
+        step = self._next_step(out)
+        key = (step, attempted)
+        if key == self._last_overflow:
+            return
+        self._last_overflow = key
+        out.event(EventKind.OVERFLOW, line, step, ts, attempted=attempted, new=new, hysteresis=hysteresis)

@@ -1,0 +1,48 @@
+"""Trainer errors and tracebacks, in any format: they become `error` events.
+
+A Python traceback is reported once, at its last line (the exception), which is the part people
+need; CUDA/NCCL errors and Megatron's NaN checks are reported as they appear.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gradwatch.events import EventKind
+from gradwatch.parsers.base import ParseOutput, Parser
+
+_EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt)|SystemExit)(?::\s|$)")
+_MARKERS = (
+    "Unexpected result nan",
+    "found NaN in local",
+    "Spiky loss",
+    "CUDA error",
+    "NCCL error",
+    "cudaError",
+    "Watchdog caught collective operation timeout",
+)
+
+
+class ErrorParser(Parser):
+    name = "errors"
+    description = "Python tracebacks and trainer/CUDA/NCCL errors in any log (events only)"
+    auxiliary = True
+
+    def __init__(self) -> None:
+        self._in_traceback = False
+
+    def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        if text.startswith("Traceback (most recent call last)"):
+            self._in_traceback = True
+            return True
+        if self._in_traceback:
+            m = _EXCEPTION.match(text)
+            if m:
+                self._in_traceback = False
+                out.event(EventKind.ERROR, line, out.last_step, ts, text=text.strip()[:500])
+                return True
+            return text.startswith((" ", "\t"))
+        if any(marker in text for marker in _MARKERS):
+            out.event(EventKind.ERROR, line, out.last_step, ts, text=text.strip()[:500])
+            return True
+        return False

@@ -1,0 +1,145 @@
+"""source -> parse -> detect: the one pipeline every command runs.
+
+`FileCheck` owns the parsers and detectors of one file. It is fed bytes (a whole archive in
+chunks, or appends as a live file grows) and returns alerts as they are found; its summary
+(format, records, steps, last values) feeds the reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gradwatch.alerts import Alert
+from gradwatch.config import Settings
+from gradwatch.detectors import DETECTORS, Detector
+from gradwatch.errors import InputError
+from gradwatch.parsers import PARSERS, Parser, new_parsers
+from gradwatch.parsers.stream import Batch, LogStream
+from gradwatch.records import METRICS
+from gradwatch.sources.archive import read_chunks
+
+
+@dataclass
+class FileSummary:
+    """What one file held, for reports."""
+
+    path: str
+    format: str | None = None
+    records: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    lines: int = 0
+    last_values: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _extra_parsers(settings: Settings) -> list[Parser]:
+    extra: list[Parser] = []
+    jsonl = PARSERS.get("jsonl")
+    if jsonl is not None and settings.jsonl_aliases:
+        extra.append(jsonl(aliases=settings.jsonl_aliases))  # type: ignore[call-arg]
+    if settings.custom_formats:
+        from gradwatch.parsers.regex_format import RegexParser
+
+        extra += [RegexParser(c.name, c.pattern, c.description) for c in settings.custom_formats]
+    return extra
+
+
+def build_parsers(settings: Settings, fmt: str | None) -> list[Parser]:
+    custom = {c.name for c in settings.custom_formats}
+    if fmt is not None and fmt in custom:
+        return [p for p in _extra_parsers(settings) if p.name == fmt] + [
+            p for p in new_parsers() if p.auxiliary
+        ]
+    parsers = new_parsers(fmt)
+    extra = _extra_parsers(settings)
+    if fmt is None and extra:
+        names = {p.name for p in extra}
+        main = [p for p in parsers if not p.auxiliary and p.name not in names]
+        return extra + main + [p for p in parsers if p.auxiliary]
+    return parsers
+
+
+def build_detectors(settings: Settings, path: str) -> list[Detector]:
+    return [
+        cls(settings.detectors[det_id], path)
+        for det_id, cls in DETECTORS.items()
+        if settings.detectors[det_id].enabled
+    ]
+
+
+class FileCheck:
+    """Parsers and detectors for one file, fed incrementally."""
+
+    def __init__(self, path: str, settings: Settings, fmt: str | None = None) -> None:
+        self.summary = FileSummary(path)
+        self.stream = LogStream(build_parsers(settings, fmt), path)
+        self.detectors = build_detectors(settings, path)
+        self._vocab_from_config = settings.vocab_size
+
+    def feed(self, data: bytes) -> list[Alert]:
+        self.stream.feed(data)
+        return self._run(self.stream.take())
+
+    def close(self) -> list[Alert]:
+        self.stream.close()
+        alerts = self._run(self.stream.take())
+        for det in self.detectors:
+            alerts += det.finish()
+        self.summary.format = self.stream.format
+        self.summary.lines = self.stream.lines
+        return alerts
+
+    def _run(self, batch: Batch) -> list[Alert]:
+        self._summarise(batch)
+        alerts: list[Alert] = []
+        for det in self.detectors:
+            alerts += det.update(batch)
+        return alerts
+
+    def _summarise(self, batch: Batch) -> None:
+        rec = batch.records
+        if len(rec) == 0:
+            return
+        s = self.summary
+        s.records += len(rec)
+        steps = rec["step"].to_numpy()
+        steps = steps[steps >= 0]
+        if len(steps):
+            if s.first_step is None:
+                s.first_step = int(steps[0])
+            s.last_step = int(steps[-1])
+        for name in METRICS:
+            col = rec[name].to_numpy()
+            logged = col[~np.isnan(col)]
+            if len(logged):
+                s.last_values[name] = float(logged[-1])
+
+
+def check_path(path: Path, settings: Settings, fmt: str | None = None) -> tuple[FileSummary, list[Alert]]:
+    """Check one archived file from start to end."""
+    check = FileCheck(str(path), settings, fmt)
+    alerts: list[Alert] = []
+    try:
+        for chunk in read_chunks(path):
+            alerts += check.feed(chunk)
+    except InputError as e:
+        check.summary.error = str(e)
+        if check.summary.records == 0:
+            return check.summary, alerts
+    alerts += check.close()
+    if check.summary.records == 0 and check.summary.error is None:
+        check.summary.error = no_format_message(path, check.stream.lines)
+    alerts.sort(key=Alert.sort_key)
+    return check.summary, alerts
+
+
+def no_format_message(path: Path, lines: int) -> str:
+    what = "is empty" if lines == 0 else f"has {lines} lines but no training records"
+    names = ", ".join(n for n, c in PARSERS.items() if not c.auxiliary or n == "deepspeed")
+    return (f"{path}: {what} in any known format (tried: {names}); if this is a trainer we do not "
+            "know, add a regex format under formats.custom in a --config file (see "
+            "`gradwatch config init`)")

@@ -1,0 +1,1 @@
+"""Where results go: the terminal report, JSON, and (later) notifications and exports."""

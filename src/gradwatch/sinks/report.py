@@ -1,0 +1,145 @@
+"""The result of a check over one or more files, and its two renderings: rich text and JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gradwatch.alerts import Alert, Severity
+from gradwatch.errors import ExitCode
+from gradwatch.pipeline import FileSummary
+from gradwatch.sinks.safe import safe_text
+
+SEVERITY_STYLE = {Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.CRITICAL: "bold red"}
+#: The metrics shown as "last values", in this order, when the log has them.
+SHOWN = ("loss", "grad_norm", "loss_scale", "lr", "z_loss", "logit_norm", "ppl", "val_loss",
+         "step_time_s", "tflops", "tps")
+
+
+@dataclass
+class Report:
+    files: list[FileSummary] = field(default_factory=list)
+    alerts: list[Alert] = field(default_factory=list)
+    fail_on: Severity = Severity.WARNING
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if any(f.error and f.records == 0 for f in self.files):
+            return ExitCode.USAGE
+        if any(a.severity >= self.fail_on for a in self.alerts):
+            return ExitCode.ALERTS
+        return ExitCode.OK
+
+    def counts(self) -> dict[str, int]:
+        return {str(s): sum(a.severity == s for a in self.alerts) for s in Severity}
+
+    # ---- JSON -------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        counts = self.counts()
+        return {
+            "version": 1,
+            "files": [
+                {"path": f.path, "format": f.format, "records": f.records,
+                 "first_step": f.first_step, "last_step": f.last_step,
+                 "error": f.error}
+                for f in self.files
+            ],
+            "alerts": [a.to_json() for a in self.alerts],
+            "summary": {
+                "alerts": len(self.alerts),
+                "warning": counts["warning"],
+                "critical": counts["critical"],
+                "exit_code": int(self.exit_code),
+            },
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), allow_nan=False, indent=2)
+
+    # ---- text -------------------------------------------------------------------------------
+    def __rich__(self) -> RenderableType:
+        parts: list[RenderableType] = []
+        for f in self.files:
+            parts.append(self._file_block(f, [a for a in self.alerts if a.path == f.path]))
+        parts.append(self._summary_line())
+        return Group(*parts)
+
+    def _file_block(self, f: FileSummary, alerts: list[Alert]) -> RenderableType:
+        head = Text()
+        head.append(safe_text(f.path), style="bold")
+        if f.records == 0:
+            head.append("\n  ")
+            head.append(safe_text(f.error or "no training metrics found"), style="red")
+            return Group(head, Text(""))
+        steps = f"steps {f.first_step:,}-{f.last_step:,}" if f.first_step is not None else "no steps"
+        head.append(f"  {f.format}  {f.records:,} records  {steps}", style="dim")
+        if f.error:
+            head.append("\n  ")
+            head.append(safe_text(f.error), style="red")
+        body: list[RenderableType] = [head]
+        values = Table.grid(padding=(0, 2))
+        names = [m for m in SHOWN if m in f.last_values]
+        if names:
+            for _ in names:
+                values.add_column(justify="right")
+            values.add_row(*[Text(n, style="dim") for n in names])
+            values.add_row(*[_fmt(f.last_values[n]) for n in names])
+            body.append(Text("  last values", style="dim"))
+            body.append(_indent(values))
+        if alerts:
+            table = Table(box=None, show_header=True, header_style="dim", padding=(0, 1), pad_edge=False)
+            table.add_column("severity")
+            table.add_column("step", justify="right")
+            table.add_column("detector")
+            table.add_column("what", overflow="fold")
+            for a in alerts:
+                what = Text(safe_text(a.message))
+                where = f"{a.path}:{a.line}" if a.line is not None else (a.path or "")
+                what.append(f"\n{safe_text(where)}", style="dim")
+                what.append(f"\nhint: {safe_text(a.hint)}", style="italic dim")
+                table.add_row(Text(str(a.severity), style=SEVERITY_STYLE[a.severity]),
+                              "" if a.step is None else f"{a.step:,}", a.detector, what)
+            body.append(_indent(table))
+        else:
+            body.append(Text("  no alerts", style="green"))
+        body.append(Text(""))
+        return Group(*body)
+
+    def _summary_line(self) -> Text:
+        c = self.counts()
+        t = Text()
+        n_files = len(self.files)
+        t.append(f"{n_files} file{'s' if n_files != 1 else ''} checked: ")
+        t.append(f"{c['critical']} critical", style=SEVERITY_STYLE[Severity.CRITICAL] if c["critical"] else "")
+        t.append(", ")
+        t.append(f"{c['warning']} warning", style=SEVERITY_STYLE[Severity.WARNING] if c["warning"] else "")
+        t.append(f", {c['info']} info")
+        bad = sum(1 for f in self.files if f.records == 0)
+        if bad:
+            t.append(f"; {bad} file{'s' if bad != 1 else ''} unreadable or without metrics", style="red")
+        t.append(f"  (exit {int(self.exit_code)})", style="dim")
+        return t
+
+
+def _fmt(v: float) -> str:
+    if not math.isfinite(v):
+        return str(v)
+    if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+        return f"{v:.3e}"
+    return f"{v:.4g}"
+
+
+def _indent(renderable: RenderableType) -> RenderableType:
+    from rich.padding import Padding
+
+    return Padding(renderable, (0, 0, 0, 2))
+
+
+def render_text(report: Report, console: Console) -> None:
+    console.print(report)
