@@ -37,7 +37,6 @@ class Settings:
     """The effective configuration of one run of gradwatch."""
 
     detectors: dict[str, DetectorConfig]
-    vocab_size: int | None = None
     jsonl_aliases: dict[str, str] = field(default_factory=dict)
     custom_formats: tuple[CustomFormat, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
@@ -112,10 +111,6 @@ def _build(raw: dict[str, Any], where: str) -> Settings:
         detectors[det_id] = _dataclass_from(cls.Config, section or {}, f"detectors.{det_id}", where)
     for det_id, cls in DETECTORS.items():
         detectors.setdefault(det_id, cls.Config())
-    run = raw.get("run") or {}
-    vocab = run.get("vocab_size")
-    if vocab is not None and (not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 2):
-        raise ConfigError(f"{where}: run.vocab_size must be an integer >= 2 or null, got {vocab!r}")
     formats = raw.get("formats") or {}
     aliases = formats.get("jsonl_aliases") or {}
     if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
@@ -132,7 +127,7 @@ def _build(raw: dict[str, Any], where: str) -> Settings:
         except re.error as e:
             raise ConfigError(f"{where}: {key}.pattern is not a valid regex: {e}") from None
         custom.append(CustomFormat(item["name"], item["pattern"], item.get("description", "")))
-    return Settings(detectors, vocab, dict(aliases), tuple(custom), raw)
+    return Settings(detectors, dict(aliases), tuple(custom), raw)
 
 
 def _dataclass_from(cls: type[DetectorConfig], section: Any, dotted: str, where: str) -> DetectorConfig:
@@ -164,6 +159,10 @@ def _coerce(value: Any, hint: Any, dotted: str, where: str) -> Any:
     elif hint is str:
         if isinstance(value, str):
             return value
+    elif hint == (int | None):
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise ConfigError(f"{where}: {dotted} must be an integer or null, got {_kind(value)} {value!r}")
     else:
         return value
     raise ConfigError(f"{where}: {dotted} must be {_kind(hint())}, got {_kind(value)} {value!r}")
@@ -172,7 +171,6 @@ def _coerce(value: Any, hint: Any, dotted: str, where: str) -> Any:
 def effective_yaml(settings: Settings) -> str:
     """The effective config as YAML (what `gradwatch config show` prints)."""
     data: dict[str, Any] = {
-        "run": {"vocab_size": settings.vocab_size},
         "formats": {
             "jsonl_aliases": dict(settings.jsonl_aliases),
             "custom": [dataclasses.asdict(c) for c in settings.custom_formats],

@@ -21,6 +21,7 @@ class EventKind(str, Enum):
     VALIDATION = "validation"  #: data has val_loss
     VOCAB = "vocab"  #: data has size (padded vocab size, for the random-init loss level)
     ERROR = "error"  #: a traceback or a trainer error message; data has text
+    RUN_END = "run_end"  #: the trainer said it is exiting (normal end, time limit, job finished)
     SKIP_COUNT = "skip_count"  #: DeepSpeed step=N, skipped=K (cumulative); data has skipped
     PARSE_WARNING = "parse_warning"  #: something in the input that we could not read fully
 

@@ -19,6 +19,7 @@ from gradwatch.errors import InputError
 from gradwatch.parsers import PARSERS, Parser, new_parsers
 from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.records import METRICS
+from gradwatch.spike_score import SpikeScore
 from gradwatch.sources.archive import read_chunks
 
 
@@ -34,6 +35,7 @@ class FileSummary:
     lines: int = 0
     last_values: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    spike_score: SpikeScore = field(default_factory=SpikeScore)
 
 
 def _extra_parsers(settings: Settings) -> list[Parser]:
@@ -78,7 +80,6 @@ class FileCheck:
         self.summary = FileSummary(path)
         self.stream = LogStream(build_parsers(settings, fmt), path)
         self.detectors = build_detectors(settings, path)
-        self._vocab_from_config = settings.vocab_size
 
     def feed(self, data: bytes) -> list[Alert]:
         self.stream.feed(data)
@@ -106,6 +107,7 @@ class FileCheck:
             return
         s = self.summary
         s.records += len(rec)
+        s.spike_score.update(rec)
         steps = rec["step"].to_numpy()
         steps = steps[steps >= 0]
         if len(steps):

@@ -5,8 +5,15 @@ from __future__ import annotations
 from gradwatch.detectors.base import Detector, DetectorConfig
 from gradwatch.detectors.grad_norm_spike import GradNormSpike
 from gradwatch.detectors.logit_norm_drift import LogitNormDrift
+from gradwatch.detectors.loss_collapse import LossCollapse
+from gradwatch.detectors.loss_divergence import LossDivergence
 from gradwatch.detectors.loss_scale_collapse import LossScaleCollapse
+from gradwatch.detectors.loss_spike import LossSpike
 from gradwatch.detectors.nonfinite import Nonfinite
+from gradwatch.detectors.resume_regression import ResumeRegression
+from gradwatch.detectors.skipped_steps import SkippedSteps
+from gradwatch.detectors.stall import Stall
+from gradwatch.detectors.throughput_drop import ThroughputDrop
 
 __all__ = ["DETECTORS", "Detector", "DetectorConfig", "register"]
 
@@ -21,5 +28,17 @@ def register(cls: type[Detector]) -> type[Detector]:
     return cls
 
 
-for _cls in (GradNormSpike, LossScaleCollapse, LogitNormDrift, Nonfinite):
+for _cls in (
+    Nonfinite,
+    GradNormSpike,
+    LossSpike,
+    LossDivergence,
+    LossCollapse,
+    LossScaleCollapse,
+    SkippedSteps,
+    ResumeRegression,
+    LogitNormDrift,
+    Stall,
+    ThroughputDrop,
+):
     register(_cls)

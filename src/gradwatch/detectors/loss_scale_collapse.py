@@ -87,10 +87,12 @@ class LossScaleCollapse(Detector):
         is_record = not overflow and old is None
         contiguous = True
         if is_record:
-            if self._last_record_step is not None and step > self._last_record_step:
+            if self._last_record_step is not None:
                 gap = step - self._last_record_step
-                self._interval = gap if self._interval is None else min(self._interval, gap)
-                contiguous = gap <= self._interval
+                if gap > 0:
+                    self._interval = gap if self._interval is None else min(self._interval, gap)
+                # the same step again, or a step back, is another run or a restart
+                contiguous = 0 < gap <= (self._interval or gap)
             self._last_record_step = step
         known = self._scale if old is None else old
         if is_record and not contiguous:

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from gradwatch.errors import UsageError
 from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers.composer import ComposerParser
 from gradwatch.parsers.deepspeed import DeepSpeedParser
 from gradwatch.parsers.errors_parser import ErrorParser
+from gradwatch.parsers.hf_trainer import HfTrainerParser
+from gradwatch.parsers.jsonl import JsonlParser
 from gradwatch.parsers.megatron import MegatronParser
+from gradwatch.parsers.nemo import NemoParser
+from gradwatch.parsers.olmo import OlmoParser
+from gradwatch.parsers.torchtitan import TorchtitanParser
 
 __all__ = ["PARSERS", "ParseOutput", "Parser", "new_parsers", "register"]
 
@@ -25,16 +31,31 @@ def register(cls: type[Parser]) -> type[Parser]:
     return cls
 
 
-for _cls in (MegatronParser, DeepSpeedParser, ErrorParser):
+# NeMo 2.0 lines contain `iteration 3/9 |`: the FSDP-style parsers go before Megatron's.
+for _cls in (
+    OlmoParser,
+    ComposerParser,
+    TorchtitanParser,
+    HfTrainerParser,
+    NemoParser,
+    JsonlParser,
+    MegatronParser,
+    DeepSpeedParser,
+    ErrorParser,
+):
     register(_cls)
 
 
 def new_parsers(fmt: str | None = None, extra: list[Parser] | None = None) -> list[Parser]:
-    """Fresh parser instances for one file: all of them, or one format plus the auxiliary ones."""
-    if fmt is not None and fmt not in PARSERS:
-        raise UsageError(f"unknown format {fmt!r}; known formats: {', '.join(sorted(PARSERS))}")
-    chosen = [
-        cls() for name, cls in PARSERS.items() if fmt is None or name == fmt or cls.auxiliary
-    ]
-    main = [p for p in chosen if not p.auxiliary] + list(extra or [])
+    """Fresh parser instances for one file: all of them, or one format plus the auxiliary ones.
+
+    `extra` are parsers built from the config (user regex formats); `fmt` may name one of them.
+    """
+    extra_names = {p.name for p in extra or []}
+    if fmt is not None and fmt not in PARSERS and fmt not in extra_names:
+        known = sorted(PARSERS.keys() | extra_names)
+        raise UsageError(f"unknown format {fmt!r}; known formats: {', '.join(known)}")
+    chosen = [cls() for name, cls in PARSERS.items() if fmt is None or name == fmt or cls.auxiliary]
+    extras = [p for p in extra or [] if fmt is None or fmt not in extra_names or p.name == fmt]
+    main = [p for p in chosen if not p.auxiliary] + extras
     return main + [p for p in chosen if p.auxiliary]

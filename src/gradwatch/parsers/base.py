@@ -28,6 +28,9 @@ class ParseOutput:
     last_ts: float | None = None
     #: how many records each parser produced, to name the file's format
     counts: dict[str, int] = field(default_factory=dict)
+    #: time of the latest record: its own timestamp, or else the first timestamped line after it
+    last_step_ts: float | None = None
+    step_ts_pending: bool = False
 
     def record(self, parser: str, step: int | None, line: int, ts: float | None,
                metrics: dict[str, float], nonfinite: list[str] | tuple[str, ...] = ()) -> None:
@@ -35,6 +38,7 @@ class ParseOutput:
         self.counts[parser] = self.counts.get(parser, 0) + 1
         if step is not None:
             self.last_step = step
+        self.last_step_ts, self.step_ts_pending = ts, ts is None
 
     def event(self, kind: EventKind, line: int, step: int | None = None, ts: float | None = None,
               **data: Any) -> None:

@@ -52,8 +52,9 @@ class _Open:
 
     __slots__ = ("step", "exact", "line", "ts", "metrics", "fallback", "time_batch", "is_eval")
 
-    def __init__(self, step: int | None, line: int, ts: float | None, is_eval: bool,
-                 exact: bool = False) -> None:
+    def __init__(
+        self, step: int | None, line: int, ts: float | None, is_eval: bool, exact: bool = False
+    ) -> None:
         self.step = step
         self.exact = exact  # `[batch=N/M]`: N is the global batch
         self.line = line

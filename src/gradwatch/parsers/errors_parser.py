@@ -1,7 +1,8 @@
-"""Trainer errors and tracebacks, in any format: they become `error` events.
+"""Trainer errors, tracebacks and exits, in any format: they become `error` and `run_end` events.
 
 A Python traceback is reported once, at its last line (the exception), which is the part people
-need; CUDA/NCCL errors and Megatron's NaN checks are reported as they appear.
+need; CUDA/NCCL errors and Megatron's NaN checks are reported as they appear. Exit messages tell
+a stall detector that silence after them is a finished job, not a hung one.
 """
 
 from __future__ import annotations
@@ -21,11 +22,18 @@ _MARKERS = (
     "cudaError",
     "Watchdog caught collective operation timeout",
 )
+_EXITS = (
+    "exiting program",  # Megatron: `[exiting program after N minutes]`, `exiting program at iteration N`
+    "[after training is done]",  # Megatron
+    "Training completed",  # HF Trainer
+    "Execution finished",  # ALCF ezpz launcher
+    "Job finished",
+)
 
 
 class ErrorParser(Parser):
     name = "errors"
-    description = "Python tracebacks and trainer/CUDA/NCCL errors in any log (events only)"
+    description = "Python tracebacks, trainer/CUDA/NCCL errors and exit messages in any log (events only)"
     auxiliary = True
 
     def __init__(self) -> None:
@@ -44,5 +52,8 @@ class ErrorParser(Parser):
             return text.startswith((" ", "\t"))
         if any(marker in text for marker in _MARKERS):
             out.event(EventKind.ERROR, line, out.last_step, ts, text=text.strip()[:500])
+            return True
+        if any(marker in text for marker in _EXITS):
+            out.event(EventKind.RUN_END, line, out.last_step, ts, text=text.strip()[:200])
             return True
         return False

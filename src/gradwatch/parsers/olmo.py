@@ -123,8 +123,7 @@ class OlmoParser(Parser):
         m = _RESUME.search(text)
         if m:
             step = int(m.group(1))
-            out.event(EventKind.CHECKPOINT_LOAD, line, step, ts, iteration=step,
-                      path=self._loading)
+            out.event(EventKind.CHECKPOINT_LOAD, line, step, ts, iteration=step, path=self._loading)
             self._loading = None
             return True
         if "Loading checkpoint from" in text:

@@ -32,6 +32,10 @@ class Batch:
     events: list[Event] = field(default_factory=list)
     #: time of the latest timestamped line (any line), for stall detection in archived logs
     last_ts: float | None = None
+    #: time of the latest record (or of the first timestamped line after it)
+    last_step_ts: float | None = None
+    #: step of the latest record
+    last_step: int | None = None
     path: str = ""
 
 
@@ -91,11 +95,12 @@ class LogStream:
         a record: in a Megatron-DeepSpeed log they would duplicate Megatron's own records.
         """
         main_seen = self._main_seen
+        out = self.out
         if not (main_seen or self._closed or self.lines >= UNDECIDED_HOLD_LINES):
-            return Batch(self.out.records.take_none(), [], self.out.last_ts, self.path)
-        events, self.out.events = self.out.events, []
-        records = self.out.records.take(self._aux if main_seen else frozenset())
-        return Batch(records, events, self.out.last_ts, self.path)
+            return Batch(out.records.take_none(), path=self.path)
+        events, out.events = out.events, []
+        records = out.records.take(self._aux if main_seen else frozenset())
+        return Batch(records, events, out.last_ts, out.last_step_ts, out.last_step, self.path)
 
     def _hold(self, partial: bytes) -> None:
         if len(partial) > MAX_LINE_BYTES:
@@ -129,6 +134,8 @@ class LogStream:
         ts = timestamp(text)
         if ts is not None:
             out.last_ts = ts
+            if out.step_ts_pending:
+                out.last_step_ts, out.step_ts_pending = ts, False
         for p in self.parsers:
             if p.collecting:
                 if p.parse(text, lineno, ts, out):

@@ -116,8 +116,9 @@ class TorchtitanParser(Parser):
             return True
         return "Finished loading the checkpoint" in text
 
-    def _load(self, step: int, path: str | None, line: int, ts: float | None,
-              out: ParseOutput) -> None:
+    def _load(
+        self, step: int, path: str | None, line: int, ts: float | None, out: ParseOutput
+    ) -> None:
         """One load event per resume, though every rank prints the lines."""
         if step == self._last_load:
             return

@@ -39,6 +39,15 @@ class Report:
     def counts(self) -> dict[str, int]:
         return {str(s): sum(a.severity == s for a in self.alerts) for s in Severity}
 
+    def spike_score(self) -> dict[str, float | None]:
+        """OLMo 2's spike score over all files: percent of steps more than 7 sigma out."""
+        out: dict[str, float | None] = {}
+        for m in ("loss", "grad_norm"):
+            spikes = sum(f.spike_score.spikes[m] for f in self.files)
+            counted = sum(f.spike_score.counted[m] for f in self.files)
+            out[m] = round(100.0 * spikes / counted, 4) if counted else None
+        return out
+
     # ---- JSON -------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         counts = self.counts()
@@ -47,7 +56,7 @@ class Report:
             "files": [
                 {"path": f.path, "format": f.format, "records": f.records,
                  "first_step": f.first_step, "last_step": f.last_step,
-                 "error": f.error}
+                 "spike_score": f.spike_score.percent(), "error": f.error}
                 for f in self.files
             ],
             "alerts": [a.to_json() for a in self.alerts],
@@ -56,6 +65,7 @@ class Report:
                 "warning": counts["warning"],
                 "critical": counts["critical"],
                 "exit_code": int(self.exit_code),
+                "spike_score": self.spike_score(),
             },
         }
 

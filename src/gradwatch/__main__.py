@@ -1,0 +1,5 @@
+"""`python -m gradwatch` runs the command line."""
+
+from gradwatch.cli import main
+
+main()

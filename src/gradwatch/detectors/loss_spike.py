@@ -1,0 +1,125 @@
+"""Loss spike: a logged loss far above its recent history, then (usually) back down.
+
+Two rules, as in the trainers that check for this themselves. With a short history (fewer than
+`warmup` values) Megatron's spiky-loss idea: a factor over the recent median (`short_ratio`) and at
+least `short_delta` nats. Past warm-up OLMo-core's: `z_alert` robust sigmas over the median of a
+128-value window, and at least `min_rel_delta` of the median.
+
+Megatron prints interval means (`--log-interval` 10 or 100), so a one-step spike shows diluted:
+the relative floor is divided by the log interval (derived from the step numbers), while the
+sigma test adapts by itself because interval means are less noisy too. A spike on a record that
+reports skipped iterations during the fp16 start-up calibration is info only: the loss of the
+first fp16 steps jumps while the scaler is still finding its range.
+"""
+
+from __future__ import annotations
+
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradwatch.alerts import Alert, Severity
+from gradwatch.detectors.base import Detector, DetectorConfig, Incident, prev_window_median
+from gradwatch.detectors.steps import StepGaps
+from gradwatch.parsers.stream import Batch
+
+_HINT = (
+    "look at the data batch at this step (bad or repeated samples), the learning rate, and the "
+    "grad norm just before it; if the loss does not come back, roll back to an earlier checkpoint "
+    "and skip the offending batches"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossSpikeConfig(DetectorConfig):
+    window: int = 128
+    warmup: int = 20
+    short_ratio: float = 1.5
+    short_delta: float = 1.0
+    z_alert: float = 6.0
+    min_rel_delta: float = 0.05
+    sigma_floor: float = 0.005
+    critical_ratio: float = 3.0
+    calibration_steps: int = 100
+    gap_factor: float = 20.0
+    quiet: int = 20
+
+
+class LossSpike(Detector):
+    id = "loss_spike"
+    description = "loss far above its recent history (factor rule early, robust 6-sigma after)"
+    Config = LossSpikeConfig
+    config: LossSpikeConfig
+
+    def __init__(self, config: LossSpikeConfig | None = None, path: str = "") -> None:
+        super().__init__(config, path)
+        self._tail = np.empty(0)
+        self._seen = 0
+        self._gaps = StepGaps(self.config.gap_factor)
+        self._incident = Incident(self.config.quiet)
+
+    def update(self, batch: Batch) -> list[Alert]:
+        rec = batch.records
+        loss = rec["loss"].to_numpy()
+        ok = np.isfinite(loss)
+        if not ok.any():
+            return []
+        loss = loss[ok]
+        steps, lines = rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
+        skipped = np.nan_to_num(rec["skipped"].to_numpy()[ok], nan=0.0)
+        alerts: list[Alert] = []
+        for lo, hi, reset in self._gaps.segments(steps):
+            if reset:
+                self._tail = np.empty(0)
+            alerts += self._segment(loss[lo:hi], steps[lo:hi], lines[lo:hi], skipped[lo:hi])
+        return alerts
+
+    def _segment(self, loss: np.ndarray, steps: np.ndarray, lines: np.ndarray,
+                 skipped: np.ndarray) -> list[Alert]:
+        cfg = self.config
+        tail = self._tail
+        med, self._tail = prev_window_median(tail, loss, cfg.window)
+        n_prev = np.minimum(np.arange(len(tail), len(tail) + len(loss)), cfg.window)
+        interval = self._gaps.interval or 1
+        delta = loss - med
+        rel_floor = cfg.min_rel_delta / interval
+        cheap = (n_prev >= 1) & (delta > 0) & (delta >= rel_floor * np.abs(med))
+        joined = np.concatenate([tail, loss])
+        hits: list[int] = []
+        for pos in np.flatnonzero(cheap):
+            n = int(n_prev[pos])
+            if n < cfg.warmup:
+                if loss[pos] >= cfg.short_ratio * med[pos] and delta[pos] >= cfg.short_delta:
+                    hits.append(int(pos))
+                continue
+            end = len(tail) + int(pos)
+            window = joined[end - n : end]
+            sigma = max(1.4826 * float(np.median(np.abs(window - med[pos]))),
+                        cfg.sigma_floor * abs(float(med[pos])))
+            if sigma > 0 and delta[pos] / sigma >= cfg.z_alert:
+                hits.append(int(pos))
+        alerts: list[Alert] = []
+        start = self._seen
+        self._seen += len(loss)
+        for kind, pos in self._incident.scan(start, len(loss), np.array(hits, dtype=int), steps):
+            if kind == "close":
+                alerts.append(self.alert(
+                    Severity.INFO, steps[pos], lines[pos], "loss", float(loss[pos]), None, None,
+                    f"loss back at its baseline (spike began at step {self._incident.first_step})",
+                    "no action needed; note the steps in case the run degrades later"))
+                continue
+            value, base = float(loss[pos]), float(med[pos])
+            sev = Severity.CRITICAL if value >= cfg.critical_ratio * base else Severity.WARNING
+            calibrating = skipped[pos] > 0 and steps[pos] <= cfg.calibration_steps
+            if calibrating:
+                sev = Severity.INFO
+            note = " during fp16 loss-scale calibration" if calibrating else ""
+            per = f" (interval means of {interval} steps)" if interval > 1 else ""
+            alerts.append(self.alert(
+                sev, steps[pos], lines[pos], "loss", value, base, base + max(rel_floor * base, 0.0),
+                f"loss {value:.4g} is {value / base:.2f}x its recent median {base:.4g}"
+                f" (+{value - base:.3g}){per}{note}", _HINT))
+        return alerts
+
+

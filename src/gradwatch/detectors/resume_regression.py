@@ -1,0 +1,170 @@
+"""Resume regression: after a restart from a checkpoint, the run is worse than where it stopped.
+
+A resume is seen as a checkpoint-load line, the step going backwards, or a log whose first record
+is already far into training. The first `probe` records after it are compared with:
+- the random-init loss level ln(vocab) (vocab from the log's `padded vocab (size: N)` line, else
+  `vocab_size`, else GPT-2's 50257): a loss back near it means the weights did not load
+  (ALCF AuroraGPT iteration 136004: 12.3 where validation said 2.7);
+- the loss and grad norm before the restart in the same log: far above them means optimizer or
+  loss-scaler state was lost, or the checkpoint was reshaped badly (BLOOM tr11 TP1/PP72: 10x);
+- when there is no "before" in the log: a first grad norm several times the next ones, falling
+  step after step, is the transient of a freshly reset optimizer (BLOOM tr11 94768).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gradwatch.alerts import Alert, Severity
+from gradwatch.detectors.base import Detector, DetectorConfig
+from gradwatch.events import EventKind
+from gradwatch.parsers.stream import Batch
+
+GPT2_VOCAB = 50257
+_HINT = (
+    "the run did not resume where it stopped: check that the checkpoint loaded with its optimizer "
+    "and loss-scaler state (not weights only), that tokenizer and vocab match, that a reshaped or "
+    "universal checkpoint converted correctly, and that the LR schedule did not restart its warm-up"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumeRegressionConfig(DetectorConfig):
+    vocab_size: int | None = None
+    probe: int = 3
+    init_fraction: float = 0.8
+    init_check_min_step: int = 1000
+    resume_min_step: int = 100
+    pre_window: int = 20
+    loss_rise: float = 0.2
+    loss_delta: float = 0.3
+    grad_ratio: float = 5.0
+    transient_ratio: float = 3.0
+
+
+@dataclass
+class _Probe:
+    reason: str
+    step: int | None = None
+    line: int | None = None
+    losses: list[float] = field(default_factory=list)
+    grads: list[float] = field(default_factory=list)
+    rows: int = 0
+
+
+class ResumeRegression(Detector):
+    id = "resume_regression"
+    description = "after a resume, loss back near init level or far above, or grad norm many times, its pre-resume level"
+    Config = ResumeRegressionConfig
+    config: ResumeRegressionConfig
+
+    def __init__(self, config: ResumeRegressionConfig | None = None, path: str = "") -> None:
+        super().__init__(config, path)
+        self._vocab = self.config.vocab_size
+        self._pre_loss: deque[float] = deque(maxlen=self.config.pre_window)
+        self._pre_grad: deque[float] = deque(maxlen=self.config.pre_window)
+        self._last_step: int | None = None
+        self._probe: _Probe | None = None
+
+    def update(self, batch: Batch) -> list[Alert]:
+        rec = batch.records
+        items: list[tuple[int, int, object]] = [(ev.line, 0, ev) for ev in batch.events
+                                                if ev.kind in (EventKind.CHECKPOINT_LOAD, EventKind.VOCAB)]
+        loss, grad = rec["loss"].to_numpy(), rec["grad_norm"].to_numpy()
+        steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
+        logged = np.flatnonzero(np.isfinite(loss) | np.isfinite(grad))
+        items += [(int(lines[i]), 1, int(i)) for i in logged]
+        items.sort(key=lambda t: (t[0], t[1]))
+        alerts: list[Alert] = []
+        for line, _, item in items:
+            if isinstance(item, int):
+                alert = self._record(int(steps[item]), line, float(loss[item]), float(grad[item]))
+                if alert is not None:
+                    alerts.append(alert)
+            else:
+                ev = item
+                if ev.kind is EventKind.VOCAB:  # type: ignore[attr-defined]
+                    if self.config.vocab_size is None:
+                        self._vocab = int(ev.data["size"])  # type: ignore[attr-defined]
+                elif self._probe is None or self._probe.rows:
+                    self._probe = _Probe("a checkpoint was loaded")
+        return alerts
+
+    def _record(self, step: int, line: int, loss: float, grad: float) -> Alert | None:
+        cfg = self.config
+        last, self._last_step = self._last_step, step
+        if self._probe is None:
+            if last is None and step > cfg.resume_min_step:
+                self._probe = _Probe(f"the log starts at step {step}")
+            elif last is not None and step < last:
+                self._probe = _Probe(f"the step went back from {last} to {step}")
+        probe = self._probe
+        if probe is None:
+            if loss == loss:
+                self._pre_loss.append(loss)
+            if grad == grad and grad > 0:
+                self._pre_grad.append(grad)
+            return None
+        if probe.step is None:
+            probe.step, probe.line = step, line
+        probe.rows += 1
+        if loss == loss:
+            probe.losses.append(loss)
+        if grad == grad and grad > 0:
+            probe.grads.append(grad)
+        if probe.rows < cfg.probe:
+            return None
+        self._probe = None
+        alert = self._judge(probe)
+        self._pre_loss.clear()
+        self._pre_grad.clear()
+        self._pre_loss.extend(probe.losses)
+        self._pre_grad.extend(probe.grads)
+        return alert
+
+    def _judge(self, p: _Probe) -> Alert | None:
+        cfg = self.config
+        init = math.log(self._vocab or GPT2_VOCAB)
+        pre_loss = float(np.median(self._pre_loss)) if len(self._pre_loss) >= 3 else None
+        pre_grad = float(np.median(self._pre_grad)) if len(self._pre_grad) >= 3 else None
+        first_loss = p.losses[0] if p.losses else None
+        first_grad = p.grads[0] if p.grads else None
+        step = p.step or 0
+        if first_loss is not None and first_loss >= cfg.init_fraction * init and (
+            (pre_loss is not None and pre_loss < cfg.init_fraction * init)
+            or (pre_loss is None and step >= cfg.init_check_min_step)
+        ):
+            return self._alert(Severity.CRITICAL, p, "loss", first_loss, pre_loss, init,
+                               f"loss {first_loss:.4g} after resume is at the random-init level "
+                               f"ln(vocab)={init:.2f}" + _was(pre_loss))
+        if (first_loss is not None and pre_loss is not None
+                and first_loss >= pre_loss * (1 + cfg.loss_rise) and first_loss - pre_loss >= cfg.loss_delta):
+            return self._alert(Severity.WARNING, p, "loss", first_loss, pre_loss, pre_loss * (1 + cfg.loss_rise),
+                               f"loss {first_loss:.4g} after resume is {first_loss / pre_loss:.2f}x its "
+                               f"level before ({pre_loss:.4g})")
+        if first_grad is not None and pre_grad is not None and first_grad >= cfg.grad_ratio * pre_grad:
+            return self._alert(Severity.WARNING, p, "grad_norm", first_grad, pre_grad, cfg.grad_ratio * pre_grad,
+                               f"grad norm {first_grad:.4g} after resume is {first_grad / pre_grad:.1f}x its "
+                               f"level before ({pre_grad:.4g})")
+        if pre_grad is None and len(p.grads) >= 3:
+            rest = float(np.median(p.grads[1:]))
+            falling = all(a > b for a, b in zip(p.grads, p.grads[1:]))
+            if falling and rest > 0 and p.grads[0] >= cfg.transient_ratio * rest:
+                return self._alert(
+                    Severity.WARNING, p, "grad_norm", p.grads[0], rest, cfg.transient_ratio * rest,
+                    f"grad norm {p.grads[0]:.4g} right after resume is {p.grads[0] / rest:.1f}x the next "
+                    f"steps' ({rest:.4g}) and falling: the optimizer state looks reset")
+        return None
+
+    def _alert(self, sev: Severity, p: _Probe, metric: str, value: float, baseline: float | None,
+               threshold: float, message: str) -> Alert:
+        return self.alert(sev, p.step, p.line, metric, value, baseline, threshold,
+                          f"{message} ({p.reason})", _HINT)
+
+
+def _was(pre: float | None) -> str:
+    return f", {pre:.4g} before the restart" if pre is not None else ""

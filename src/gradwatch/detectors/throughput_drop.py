@@ -1,0 +1,97 @@
+"""Throughput drop: TFLOPs or tokens/s well under the run's own baseline for a sustained stretch.
+
+A slow GPU or node, thermal throttling or a degraded link drags the whole job. The metric is the
+first of tflops, tps or 1/step_time_s that the log has. Baseline: the median of the previous
+`window` values; a drop is `sustain` consecutive logs under `fraction` of it (single slow records
+after a checkpoint save or validation do not count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradwatch.alerts import Alert, Severity
+from gradwatch.detectors.base import Detector, DetectorConfig, prev_window_median
+from gradwatch.parsers.stream import Batch
+
+_HINT = (
+    "a slow GPU or node drags the job: compare per-rank step times, check GPU clocks/temperatures "
+    "(nvidia-smi -q -d PERFORMANCE), ECC errors and the interconnect; exclude the slow node and restart"
+)
+_CANDIDATES = ("tflops", "tps", "step_time_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThroughputDropConfig(DetectorConfig):
+    window: int = 100
+    min_history: int = 10
+    fraction: float = 0.7
+    sustain: int = 5
+
+
+class ThroughputDrop(Detector):
+    id = "throughput_drop"
+    description = "TFLOPs or tokens/s under 70% of the run's own baseline for 5+ logs"
+    Config = ThroughputDropConfig
+    config: ThroughputDropConfig
+
+    def __init__(self, config: ThroughputDropConfig | None = None, path: str = "") -> None:
+        super().__init__(config, path)
+        self._metric: str | None = None
+        self._tail = np.empty(0)
+        self._seen = 0
+        self._low_run = 0
+        self._low_start: tuple[int, int, float] | None = None  # step, line, baseline
+        self._in_drop = False
+
+    def update(self, batch: Batch) -> list[Alert]:
+        rec = batch.records
+        if self._metric is None:
+            for name in _CANDIDATES:
+                col = rec[name].to_numpy()
+                if np.isfinite(col).any():
+                    self._metric = name
+                    break
+            else:
+                return []
+        raw = rec[self._metric].to_numpy()
+        ok = np.isfinite(raw) & (raw > 0)
+        if not ok.any():
+            return []
+        values = raw[ok] if self._metric != "step_time_s" else 1.0 / raw[ok]
+        steps, lines = rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
+        med, self._tail = prev_window_median(self._tail, values, self.config.window)
+        n_prev = np.minimum(np.arange(self._seen, self._seen + len(values)), self.config.window)
+        self._seen += len(values)
+        low = (n_prev >= self.config.min_history) & (values < self.config.fraction * med)
+        alerts: list[Alert] = []
+        for pos in range(len(values)):
+            alert = self._observe(bool(low[pos]), int(steps[pos]), int(lines[pos]), float(values[pos]),
+                                  float(med[pos]))
+            if alert is not None:
+                alerts.append(alert)
+        return alerts
+
+    def _observe(self, low: bool, step: int, line: int, value: float, base: float) -> Alert | None:
+        cfg = self.config
+        label = {"tflops": "TFLOPs", "tps": "tokens/s", "step_time_s": "steps/s"}[self._metric or "tflops"]
+        if low:
+            if self._low_run == 0:
+                self._low_start = (step, line, base)
+            self._low_run += 1
+            if self._low_run == cfg.sustain and not self._in_drop and self._low_start is not None:
+                self._in_drop = True
+                s0, l0, b0 = self._low_start
+                return self.alert(
+                    Severity.WARNING, s0, l0, self._metric, value, b0, cfg.fraction * b0,
+                    f"{label} {value:.4g} is {value / b0:.0%} of the run's baseline {b0:.4g} "
+                    f"for {cfg.sustain} logs since step {s0}", _HINT)
+            return None
+        self._low_run = 0
+        if self._in_drop:
+            self._in_drop = False
+            return self.alert(Severity.INFO, step, line, self._metric, value, base, None,
+                              f"{label} back at {value / base:.0%} of the baseline", "no action needed")
+        return None
