@@ -19,14 +19,18 @@ from gradwatch.errors import ExitCode, GradwatchError
 F = TypeVar("F", bound=Callable[..., Any])
 
 CONFIG_OPTION = click.option(
-    "--config", "config_path", type=click.Path(dir_okay=False), default=None,
-    help="YAML file overriding configs/default.yaml key by key.")
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="YAML file overriding configs/default.yaml key by key.",
+)
 
 
 class _Group(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:  # one place turns our errors into exit codes
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
         except GradwatchError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(int(e.exit_code))
@@ -61,14 +65,28 @@ def cli() -> None:
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @CONFIG_OPTION
-@click.option("--format", "fmt", default=None, metavar="NAME",
-              help="Skip format sniffing and read every file as NAME (see `gradwatch formats`).")
-@click.option("--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text: a report per file; json: one JSON object on stdout.")
-@click.option("--fail-on", type=click.Choice(["warning", "critical"]), default="warning",
-              show_default=True, help="Lowest alert severity that makes the exit code 1.")
-def check(paths: tuple[str, ...], config_path: str | None, fmt: str | None, output: str,
-          fail_on: str) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    default=None,
+    metavar="NAME",
+    help="Skip format sniffing and read every file as NAME (see `gradwatch formats`).",
+)
+@click.option(
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a report per file; json: one JSON object on stdout.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["warning", "critical"]),
+    default="warning",
+    show_default=True,
+    help="Lowest alert severity that makes the exit code 1.",
+)
+def check(paths: tuple[str, ...], config_path: str | None, fmt: str | None, output: str, fail_on: str) -> None:
     """Check archived logs and report what went wrong, where, and what to do.
 
     PATHS are log files (plain or .gz) or directories, searched recursively for
@@ -184,8 +202,13 @@ def detectors() -> None:
 
 @cli.command()
 @click.argument("path")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
-              help="Output file: .csv, .jsonl or .parquet (parquet needs pyarrow).")
+@click.option(
+    "--out",
+    "out_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Output file: .csv, .jsonl or .parquet (parquet needs pyarrow).",
+)
 @CONFIG_OPTION
 @click.option("--format", "fmt", default=None, metavar="NAME", help="Read PATH as format NAME.")
 def export(path: str, out_path: str, config_path: str | None, fmt: str | None) -> None:

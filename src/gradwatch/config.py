@@ -77,8 +77,15 @@ def _parse(text: str, where: str) -> Any:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "true/false",
-            int: "an integer", float: "a number", type(None): "nothing"}.get(type(value), type(value).__name__)
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "true/false",
+        int: "an integer",
+        float: "a number",
+        type(None): "nothing",
+    }.get(type(value), type(value).__name__)
 
 
 def _merge(base: dict[str, Any], user: dict[str, Any], where: str, prefix: str) -> dict[str, Any]:
@@ -118,8 +125,14 @@ def _build(raw: dict[str, Any], where: str) -> Settings:
     custom = []
     for i, item in enumerate(formats.get("custom") or []):
         key = f"formats.custom[{i}]"
-        if not isinstance(item, dict) or set(item) - {"name", "pattern", "description"} or not {"name", "pattern"} <= set(item):
-            raise ConfigError(f"{where}: {key} must be a mapping with 'name' and 'pattern' (and optional 'description')")
+        if (
+            not isinstance(item, dict)
+            or set(item) - {"name", "pattern", "description"}
+            or not {"name", "pattern"} <= set(item)
+        ):
+            raise ConfigError(
+                f"{where}: {key} must be a mapping with 'name' and 'pattern' (and optional 'description')"
+            )
         if not all(isinstance(v, str) for v in item.values()):
             raise ConfigError(f"{where}: {key}: name, pattern and description must be strings")
         try:

@@ -19,8 +19,8 @@ from gradwatch.errors import InputError
 from gradwatch.parsers import PARSERS, Parser, new_parsers
 from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.records import METRICS
-from gradwatch.spike_score import SpikeScore
 from gradwatch.sources.archive import read_chunks
+from gradwatch.spike_score import SpikeScore
 
 
 @dataclass
@@ -53,9 +53,7 @@ def _extra_parsers(settings: Settings) -> list[Parser]:
 def build_parsers(settings: Settings, fmt: str | None) -> list[Parser]:
     custom = {c.name for c in settings.custom_formats}
     if fmt is not None and fmt in custom:
-        return [p for p in _extra_parsers(settings) if p.name == fmt] + [
-            p for p in new_parsers() if p.auxiliary
-        ]
+        return [p for p in _extra_parsers(settings) if p.name == fmt] + [p for p in new_parsers() if p.auxiliary]
     parsers = new_parsers(fmt)
     extra = _extra_parsers(settings)
     if fmt is None and extra:
@@ -67,9 +65,7 @@ def build_parsers(settings: Settings, fmt: str | None) -> list[Parser]:
 
 def build_detectors(settings: Settings, path: str) -> list[Detector]:
     return [
-        cls(settings.detectors[det_id], path)
-        for det_id, cls in DETECTORS.items()
-        if settings.detectors[det_id].enabled
+        cls(settings.detectors[det_id], path) for det_id, cls in DETECTORS.items() if settings.detectors[det_id].enabled
     ]
 
 
@@ -142,6 +138,8 @@ def check_path(path: Path, settings: Settings, fmt: str | None = None) -> tuple[
 def no_format_message(path: Path, lines: int) -> str:
     what = "is empty" if lines == 0 else f"has {lines} lines but no training records"
     names = ", ".join(n for n, c in PARSERS.items() if not c.auxiliary or n == "deepspeed")
-    return (f"{path}: {what} in any known format (tried: {names}); if this is a trainer we do not "
-            "know, add a regex format under formats.custom in a --config file (see "
-            "`gradwatch config init`)")
+    return (
+        f"{path}: {what} in any known format (tried: {names}); if this is a trainer we do not "
+        "know, add a regex format under formats.custom in a --config file (see "
+        "`gradwatch config init`)"
+    )

@@ -50,8 +50,15 @@ class RecordBuilder:
     def __init__(self) -> None:
         self._rows: list[dict[str, Any]] = []
 
-    def add(self, step: int | None, line: int, ts: float | None, metrics: dict[str, float],
-            nonfinite: Iterable[str] = (), source: str = "") -> None:
+    def add(
+        self,
+        step: int | None,
+        line: int,
+        ts: float | None,
+        metrics: dict[str, float],
+        nonfinite: Iterable[str] = (),
+        source: str = "",
+    ) -> None:
         row: dict[str, Any] = dict(metrics)
         row["source"] = source
         row["step"] = step
@@ -79,7 +86,6 @@ class RecordBuilder:
         if drop_sources:
             rows = [r for r in rows if r["source"] not in drop_sources]
         return to_frame(rows)
-
 
     def take_none(self) -> pd.DataFrame:
         """An empty batch; the collected rows stay for a later `take`."""

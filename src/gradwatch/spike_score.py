@@ -29,12 +29,12 @@ class SpikeScore:
             tail = self._tails[m]
             joined = pd.Series(np.concatenate([tail, v]))
             roll = joined.rolling(self.window, min_periods=self.min_periods)
-            mean = roll.mean().shift(1).to_numpy()[len(tail):]
-            std = roll.std().shift(1).to_numpy()[len(tail):]
+            mean = roll.mean().shift(1).to_numpy()[len(tail) :]
+            std = roll.std().shift(1).to_numpy()[len(tail) :]
             judged = np.isfinite(mean) & np.isfinite(std) & (std > 0)
             self.spikes[m] += int(np.sum(np.abs(v[judged] - mean[judged]) > self.sigmas * std[judged]))
             self.counted[m] += int(judged.sum())
-            self._tails[m] = joined.to_numpy()[-self.window:]
+            self._tails[m] = joined.to_numpy()[-self.window :]
 
     def percent(self) -> dict[str, float | None]:
         """Spike score per metric in percent, None where too few values were logged."""

@@ -9,8 +9,9 @@ from gradwatch.sinks.report import Report
 from gradwatch.sources.archive import expand_paths
 
 
-def run_check(paths: list[str], settings: Settings, fmt: str | None, fail_on: Severity,
-              progress: bool = False) -> Report:
+def run_check(
+    paths: list[str], settings: Settings, fmt: str | None, fail_on: Severity, progress: bool = False
+) -> Report:
     from gradwatch.parsers import new_parsers
 
     if fmt is not None and fmt not in {c.name for c in settings.custom_formats}:

@@ -8,8 +8,8 @@ import pandas as pd
 
 from gradwatch.config import Settings
 from gradwatch.errors import InputError, UsageError
-from gradwatch.pipeline import build_parsers, no_format_message
 from gradwatch.parsers.stream import LogStream
+from gradwatch.pipeline import build_parsers, no_format_message
 from gradwatch.sources.archive import read_chunks
 
 SUFFIXES = (".csv", ".jsonl", ".parquet")
@@ -34,7 +34,7 @@ def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) ->
     records = pd.concat(frames, ignore_index=True)
     if records.empty:
         raise InputError(no_format_message(Path(path), stream.lines))
-    records = records.replace({"step": {-1: None}})
+    records["step"] = records["step"].astype("Int64").mask(records["step"] < 0)
     try:
         if suffix == ".csv":
             records.to_csv(out_path, index=False)

@@ -45,14 +45,30 @@ class Detector(ABC):
         """End of input: alerts that only the end can decide (a run that stopped logging)."""
         return []
 
-    def alert(self, severity: Severity, step: int | None, line: int | None, metric: str | None,
-              value: float | None, baseline: float | None, threshold: float | None,
-              message: str, hint: str) -> Alert:
+    def alert(
+        self,
+        severity: Severity,
+        step: int | None,
+        line: int | None,
+        metric: str | None,
+        value: float | None,
+        baseline: float | None,
+        threshold: float | None,
+        message: str,
+        hint: str,
+    ) -> Alert:
         return Alert(
-            detector=self.id, severity=severity,
+            detector=self.id,
+            severity=severity,
             step=None if step is None or step < 0 else int(step),
-            metric=metric, value=_num(value), baseline=_num(baseline), threshold=_num(threshold),
-            message=message, hint=hint, line=None if line is None else int(line), path=self.path,
+            metric=metric,
+            value=_num(value),
+            baseline=_num(baseline),
+            threshold=_num(threshold),
+            message=message,
+            hint=hint,
+            line=None if line is None else int(line),
+            path=self.path,
         )
 
 
@@ -74,7 +90,7 @@ def prev_window_median(tail: np.ndarray, values: np.ndarray, window: int) -> tup
     """
     joined = np.concatenate([tail, values])
     med = pd.Series(joined).rolling(window, min_periods=1).median().shift(1).to_numpy()
-    return med[len(tail):], joined[-window:]
+    return med[len(tail) :], joined[-window:]
 
 
 def prev_window_count(tail_len: int, n: int, window: int) -> np.ndarray:
@@ -113,8 +129,14 @@ class Incident:
         self.open = False
         return self.first_step
 
-    def scan(self, start: int, n: int, hits: np.ndarray, steps: np.ndarray,
-             scores: np.ndarray | None = None) -> list[tuple[str, int]]:
+    def scan(
+        self,
+        start: int,
+        n: int,
+        hits: np.ndarray,
+        steps: np.ndarray,
+        scores: np.ndarray | None = None,
+    ) -> list[tuple[str, int]]:
         """Walk one batch of `n` rows (global indices start..start+n-1) with hits at `hits`.
 
         Returns ("open", position) for each hit that opens an incident and ("close", position)

@@ -79,28 +79,37 @@ class GradNormSpike(Detector):
         joined = np.concatenate([tail, logv])
         hits: list[int] = []
         sigmas: dict[int, float] = {}
-        for pos in np.flatnonzero(cheap):
-            n = int(n_prev[pos])
+        for cand in np.flatnonzero(cheap).tolist():
+            n = int(n_prev[cand])
             if n < cfg.warmup:
-                if excess[pos] >= math.log(cfg.short_ratio):
-                    hits.append(int(pos))
+                if excess[cand] >= math.log(cfg.short_ratio):
+                    hits.append(cand)
                 continue
-            end = len(tail) + int(pos)
+            end = len(tail) + cand
             window = joined[end - n : end]
-            sigma = max(1.4826 * float(np.median(np.abs(window - med[pos]))), cfg.sigma_floor)
-            if excess[pos] / sigma >= cfg.z_alert:
-                hits.append(int(pos))
-                sigmas[int(pos)] = sigma
+            sigma = max(1.4826 * float(np.median(np.abs(window - med[cand]))), cfg.sigma_floor)
+            if excess[cand] / sigma >= cfg.z_alert:
+                hits.append(cand)
+                sigmas[cand] = sigma
         alerts: list[Alert] = []
         start = self._seen
         self._seen += len(logv)
         for kind, pos in self._incident.scan(start, len(logv), np.array(hits, dtype=int), steps):
             if kind == "close":
                 first = self._incident.first_step
-                alerts.append(self.alert(
-                    Severity.INFO, steps[pos], lines[pos], "grad_norm", None, None, None,
-                    f"grad norm back within its baseline (spike began at step {first})",
-                    "no action needed; if spikes recur, look at the data around these steps"))
+                alerts.append(
+                    self.alert(
+                        Severity.INFO,
+                        steps[pos],
+                        lines[pos],
+                        "grad_norm",
+                        None,
+                        None,
+                        None,
+                        f"grad norm back within its baseline (spike began at step {first})",
+                        "no action needed; if spikes recur, look at the data around these steps",
+                    )
+                )
                 continue
             value, base = math.exp(logv[pos]), math.exp(med[pos])
             ratio = value / base
@@ -108,10 +117,18 @@ class GradNormSpike(Detector):
             if steps[pos] <= cfg.startup_steps:
                 sev = Severity.INFO
             sigma_text = f", {excess[pos] / sigmas[pos]:.0f} sigma" if pos in sigmas else ""
-            alerts.append(self.alert(
-                sev, steps[pos], lines[pos], "grad_norm", value, base,
-                base * min(cfg.short_ratio, cfg.min_ratio),
-                f"grad norm {value:.4g} is {ratio:.1f}x its recent median {base:.4g}{sigma_text}",
-                "a loss spike often follows within a few steps: check the data batch at this step, "
-                "lower the learning rate or tighten gradient clipping; with fp16, watch the loss scale"))
+            alerts.append(
+                self.alert(
+                    sev,
+                    steps[pos],
+                    lines[pos],
+                    "grad_norm",
+                    value,
+                    base,
+                    base * min(cfg.short_ratio, cfg.min_ratio),
+                    f"grad norm {value:.4g} is {ratio:.1f}x its recent median {base:.4g}{sigma_text}",
+                    "a loss spike often follows within a few steps: check the data batch at this step, "
+                    "lower the learning rate or tighten gradient clipping; with fp16, watch the loss scale",
+                )
+            )
         return alerts

@@ -88,17 +88,25 @@ class LogitNormDrift(Detector):
         low, now = meds[low_i], meds[-1]
         growth = cfg.growth if metric == "logit_norm" else cfg.z_loss_growth
         recent = meds[-cfg.rising_blocks - 1 :]
-        rising = all(a < c for a, c in zip(recent, recent[1:]))
+        rising = all(a < c for a, c in zip(recent, recent[1:], strict=False))
         loss_then, loss_now = b.loss_medians[low_i], b.loss_medians[-1]
         loss_ok = not (loss_now == loss_now and loss_then == loss_then) or (
-            loss_now <= loss_then * (1 + cfg.loss_tolerance))
+            loss_now <= loss_then * (1 + cfg.loss_tolerance)
+        )
         if low > 0 and now >= growth * low and rising and loss_ok:
             b.alerted = True
             name = "output-logit norm" if metric == "logit_norm" else "z-loss"
             return self.alert(
-                Severity.WARNING, step, line, metric, now, low, growth * low,
+                Severity.WARNING,
+                step,
+                line,
+                metric,
+                now,
+                low,
+                growth * low,
                 f"{name} grew {now / low:.1f}x (median {low:.4g} -> {now:.4g}) while the loss did not rise",
-                _HINT)
+                _HINT,
+            )
         return None
 
     def _ppl(self, batch: Batch) -> list[Alert]:
@@ -106,10 +114,21 @@ class LogitNormDrift(Detector):
             return []
         rec = batch.records
         names, loss = rec["nonfinite"].to_numpy(), rec["loss"].to_numpy()
-        for pos in np.flatnonzero(names != ""):
+        steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
+        for pos in np.flatnonzero(names != "").tolist():
             if "ppl" in names[pos].split(",") and np.isfinite(loss[pos]):
                 self._ppl_alerted = True
-                return [self.alert(
-                    Severity.CRITICAL, rec["step"].iat[pos], rec["line"].iat[pos], "ppl", None,
-                    None, None, f"perplexity is not finite while the loss is {loss[pos]:.4g}", _HINT)]
+                return [
+                    self.alert(
+                        Severity.CRITICAL,
+                        int(steps[pos]),
+                        int(lines[pos]),
+                        "ppl",
+                        None,
+                        None,
+                        None,
+                        f"perplexity is not finite while the loss is {loss[pos]:.4g}",
+                        _HINT,
+                    )
+                ]
         return []

@@ -60,7 +60,8 @@ class LossCollapse(Detector):
         steps, lines = rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
         med, tail = prev_window_median(self._loss_tail, loss, cfg.window)
         gmed, self._grad_tail = prev_window_median(
-            self._grad_tail, np.where(np.isfinite(grad), grad, np.nan), cfg.window)
+            self._grad_tail, np.where(np.isfinite(grad), grad, np.nan), cfg.window
+        )
         low = (loss <= np.maximum(cfg.fraction * med, cfg.absolute)) & (med >= cfg.min_baseline)
         # the baseline of a collapsed run must not follow it down: keep the last healthy window
         self._loss_tail = tail if not low.any() else self._healthy_tail(tail, loss, low)
@@ -71,19 +72,37 @@ class LossCollapse(Detector):
         self._seen += len(loss)
         for kind, pos in self._incident.scan(start, len(loss), hits, steps):
             if kind == "close":
-                alerts.append(self.alert(
-                    Severity.INFO, steps[pos], lines[pos], "loss", float(loss[pos]), None, None,
-                    f"loss away from 0 again (collapse began at step {self._incident.first_step})",
-                    "check whether the data fault is fixed or only intermittent"))
+                alerts.append(
+                    self.alert(
+                        Severity.INFO,
+                        steps[pos],
+                        lines[pos],
+                        "loss",
+                        float(loss[pos]),
+                        None,
+                        None,
+                        f"loss away from 0 again (collapse began at step {self._incident.first_step})",
+                        "check whether the data fault is fixed or only intermittent",
+                    )
+                )
                 continue
             g = grad[pos]
             gtext = f", grad norm {g:.3g}" if np.isfinite(g) else ""
-            alerts.append(self.alert(
-                Severity.CRITICAL, steps[pos], lines[pos], "loss", float(loss[pos]), float(med[pos]),
-                float(max(cfg.fraction * med[pos], cfg.absolute)),
-                f"loss fell to {loss[pos]:.3g} from a median of {med[pos]:.4g}{gtext}", _HINT))
+            alerts.append(
+                self.alert(
+                    Severity.CRITICAL,
+                    steps[pos],
+                    lines[pos],
+                    "loss",
+                    float(loss[pos]),
+                    float(med[pos]),
+                    float(max(cfg.fraction * med[pos], cfg.absolute)),
+                    f"loss fell to {loss[pos]:.3g} from a median of {med[pos]:.4g}{gtext}",
+                    _HINT,
+                )
+            )
         return alerts
 
     def _healthy_tail(self, tail: np.ndarray, loss: np.ndarray, low: np.ndarray) -> np.ndarray:
         keep = np.concatenate([self._loss_tail, loss[~low]])
-        return keep[-self.config.window:] if len(keep) else tail
+        return keep[-self.config.window :] if len(keep) else tail

@@ -88,15 +88,35 @@ class LossDivergence(Detector):
         start = self._run_start
         if self._high > cfg.level_logs and ref is not None:
             alert = self.alert(
-                Severity.CRITICAL, step, line, "loss", value, ref, cfg.level_ratio * ref,
+                Severity.CRITICAL,
+                step,
+                line,
+                "loss",
+                value,
+                ref,
+                cfg.level_ratio * ref,
                 f"loss {value:.4g} has stayed above {cfg.level_ratio:g}x its earlier mean {ref:.4g} "
-                f"for {self._high} logs", _HINT)
-        elif (self._rises >= cfg.rising_logs and start is not None and start > 0
-              and value >= cfg.rise_ratio * start and value - start >= cfg.rise_delta):
+                f"for {self._high} logs",
+                _HINT,
+            )
+        elif (
+            self._rises >= cfg.rising_logs
+            and start is not None
+            and start > 0
+            and value >= cfg.rise_ratio * start
+            and value - start >= cfg.rise_delta
+        ):
             alert = self.alert(
-                Severity.WARNING, step, line, "loss", value, start, cfg.rise_ratio * start,
-                f"loss rose on {self._rises} consecutive logs, {start:.4g} -> {value:.4g} "
-                f"({value / start:.2f}x)", _HINT)
+                Severity.WARNING,
+                step,
+                line,
+                "loss",
+                value,
+                start,
+                cfg.rise_ratio * start,
+                f"loss rose on {self._rises} consecutive logs, {start:.4g} -> {value:.4g} ({value / start:.2f}x)",
+                _HINT,
+            )
         if alert is not None:
             self._quiet_left = cfg.quiet
         return alert

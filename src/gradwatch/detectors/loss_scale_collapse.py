@@ -61,7 +61,7 @@ class LossScaleCollapse(Detector):
         items: list[tuple[int, int, float | None, float | None, bool]] = []  # line, step, old, new, overflow
         if len(rec):
             scale = rec["loss_scale"].to_numpy()
-            for line, step, s in zip(rec["line"].tolist(), rec["step"].tolist(), scale.tolist()):
+            for line, step, s in zip(rec["line"].tolist(), rec["step"].tolist(), scale.tolist(), strict=False):
                 if s == s:  # finite scale logged
                     items.append((line, step, None, s, False))
         for ev in batch.events:
@@ -79,11 +79,19 @@ class LossScaleCollapse(Detector):
                 alerts.append(alert)
         return alerts
 
-    def _observe(self, line: int, step: int, old: float | None, new: float | None,
-                 overflow: bool) -> Alert | None:
+    def _observe(self, line: int, step: int, old: float | None, new: float | None, overflow: bool) -> Alert | None:
         if new == -1.0:
-            return self.alert(Severity.CRITICAL, step, line, "loss_scale", self._scale, None, None,
-                              "loss scale already at its minimum: DeepSpeed stops the run", _HINT)
+            return self.alert(
+                Severity.CRITICAL,
+                step,
+                line,
+                "loss_scale",
+                self._scale,
+                None,
+                None,
+                "loss scale already at its minimum: DeepSpeed stops the run",
+                _HINT,
+            )
         is_record = not overflow and old is None
         contiguous = True
         if is_record:
@@ -124,20 +132,45 @@ class LossScaleCollapse(Detector):
         if scale <= cfg.floor and drop > 0 and not self._at_floor:
             self._at_floor = True
             sev = Severity.CRITICAL if scale <= 1 else Severity.WARNING
-            return self.alert(sev, step, line, "loss_scale", scale, before, cfg.floor,
-                              f"loss scale fell to {scale:g} (floor {cfg.floor:g})", _HINT)
+            return self.alert(
+                sev,
+                step,
+                line,
+                "loss_scale",
+                scale,
+                before,
+                cfg.floor,
+                f"loss scale fell to {scale:g} (floor {cfg.floor:g})",
+                _HINT,
+            )
         if step <= cfg.calibration_steps or step <= self._quiet_until:
             return None
         rate = len(self._overflow_steps) / cfg.rate_window
         if self._chain >= cfg.consecutive_halvings:
             self._quiet_until = step + cfg.quiet_steps
             return self.alert(
-                Severity.WARNING, step, line, "loss_scale", scale, None, None,
-                f"loss scale halved {self._chain:.0f} times on consecutive steps, now {scale:g}", _HINT)
+                Severity.WARNING,
+                step,
+                line,
+                "loss_scale",
+                scale,
+                None,
+                None,
+                f"loss scale halved {self._chain:.0f} times on consecutive steps, now {scale:g}",
+                _HINT,
+            )
         if rate > cfg.max_overflow_rate:
             self._quiet_until = step + cfg.quiet_steps
             return self.alert(
-                Severity.WARNING, step, line, "loss_scale", scale, None, cfg.max_overflow_rate,
+                Severity.WARNING,
+                step,
+                line,
+                "loss_scale",
+                scale,
+                None,
+                cfg.max_overflow_rate,
                 f"{len(self._overflow_steps)} overflows in the last {cfg.rate_window} steps "
-                f"(rate {rate:.2f} > {cfg.max_overflow_rate:g}); loss scale now {scale:g}", _HINT)
+                f"(rate {rate:.2f} > {cfg.max_overflow_rate:g}); loss scale now {scale:g}",
+                _HINT,
+            )
         return None

@@ -14,7 +14,6 @@ first fp16 steps jumps while the scaler is still finding its range.
 
 from __future__ import annotations
 
-
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,8 +74,7 @@ class LossSpike(Detector):
             alerts += self._segment(loss[lo:hi], steps[lo:hi], lines[lo:hi], skipped[lo:hi])
         return alerts
 
-    def _segment(self, loss: np.ndarray, steps: np.ndarray, lines: np.ndarray,
-                 skipped: np.ndarray) -> list[Alert]:
+    def _segment(self, loss: np.ndarray, steps: np.ndarray, lines: np.ndarray, skipped: np.ndarray) -> list[Alert]:
         cfg = self.config
         tail = self._tail
         med, self._tail = prev_window_median(tail, loss, cfg.window)
@@ -87,27 +85,38 @@ class LossSpike(Detector):
         cheap = (n_prev >= 1) & (delta > 0) & (delta >= rel_floor * np.abs(med))
         joined = np.concatenate([tail, loss])
         hits: list[int] = []
-        for pos in np.flatnonzero(cheap):
-            n = int(n_prev[pos])
+        for cand in np.flatnonzero(cheap).tolist():
+            n = int(n_prev[cand])
             if n < cfg.warmup:
-                if loss[pos] >= cfg.short_ratio * med[pos] and delta[pos] >= cfg.short_delta:
-                    hits.append(int(pos))
+                if loss[cand] >= cfg.short_ratio * med[cand] and delta[cand] >= cfg.short_delta:
+                    hits.append(cand)
                 continue
-            end = len(tail) + int(pos)
+            end = len(tail) + cand
             window = joined[end - n : end]
-            sigma = max(1.4826 * float(np.median(np.abs(window - med[pos]))),
-                        cfg.sigma_floor * abs(float(med[pos])))
-            if sigma > 0 and delta[pos] / sigma >= cfg.z_alert:
-                hits.append(int(pos))
+            sigma = max(
+                1.4826 * float(np.median(np.abs(window - med[cand]))),
+                cfg.sigma_floor * abs(float(med[cand])),
+            )
+            if sigma > 0 and delta[cand] / sigma >= cfg.z_alert:
+                hits.append(cand)
         alerts: list[Alert] = []
         start = self._seen
         self._seen += len(loss)
         for kind, pos in self._incident.scan(start, len(loss), np.array(hits, dtype=int), steps):
             if kind == "close":
-                alerts.append(self.alert(
-                    Severity.INFO, steps[pos], lines[pos], "loss", float(loss[pos]), None, None,
-                    f"loss back at its baseline (spike began at step {self._incident.first_step})",
-                    "no action needed; note the steps in case the run degrades later"))
+                alerts.append(
+                    self.alert(
+                        Severity.INFO,
+                        steps[pos],
+                        lines[pos],
+                        "loss",
+                        float(loss[pos]),
+                        None,
+                        None,
+                        f"loss back at its baseline (spike began at step {self._incident.first_step})",
+                        "no action needed; note the steps in case the run degrades later",
+                    )
+                )
                 continue
             value, base = float(loss[pos]), float(med[pos])
             sev = Severity.CRITICAL if value >= cfg.critical_ratio * base else Severity.WARNING
@@ -116,10 +125,18 @@ class LossSpike(Detector):
                 sev = Severity.INFO
             note = " during fp16 loss-scale calibration" if calibrating else ""
             per = f" (interval means of {interval} steps)" if interval > 1 else ""
-            alerts.append(self.alert(
-                sev, steps[pos], lines[pos], "loss", value, base, base + max(rel_floor * base, 0.0),
-                f"loss {value:.4g} is {value / base:.2f}x its recent median {base:.4g}"
-                f" (+{value - base:.3g}){per}{note}", _HINT))
+            alerts.append(
+                self.alert(
+                    sev,
+                    steps[pos],
+                    lines[pos],
+                    "loss",
+                    value,
+                    base,
+                    base + max(rel_floor * base, 0.0),
+                    f"loss {value:.4g} is {value / base:.2f}x its recent median {base:.4g}"
+                    f" (+{value - base:.3g}){per}{note}",
+                    _HINT,
+                )
+            )
         return alerts
-
-

@@ -44,9 +44,19 @@ class Nonfinite(Detector):
         alerts: list[Alert] = []
         for ev in batch.events:
             if ev.kind is EventKind.ERROR and "nan" in ev.data.get("text", "").lower():
-                alerts.append(self.alert(
-                    Severity.CRITICAL, ev.step, ev.line, None, None, None, None,
-                    f"trainer reported NaN: {ev.data['text'][:160]}", _HINT))
+                alerts.append(
+                    self.alert(
+                        Severity.CRITICAL,
+                        ev.step,
+                        ev.line,
+                        None,
+                        None,
+                        None,
+                        None,
+                        f"trainer reported NaN: {ev.data['text'][:160]}",
+                        _HINT,
+                    )
+                )
         if len(rec) == 0:
             return alerts
         names = rec["nonfinite"].to_numpy()
@@ -57,21 +67,41 @@ class Nonfinite(Detector):
         self._seen += len(rec)
         for kind, pos in self._incident.scan(start, len(rec), np.flatnonzero(bad), steps):
             if kind == "close":
-                alerts.append(self.alert(
-                    Severity.INFO, steps[pos], lines[pos], None, None, None, None,
-                    f"metrics finite again (non-finite values began at step {self._incident.first_step})",
-                    "check that the run's loss is back at its level before the NaN"))
+                alerts.append(
+                    self.alert(
+                        Severity.INFO,
+                        steps[pos],
+                        lines[pos],
+                        None,
+                        None,
+                        None,
+                        None,
+                        f"metrics finite again (non-finite values began at step {self._incident.first_step})",
+                        "check that the run's loss is back at its level before the NaN",
+                    )
+                )
                 continue
             bad_names = names[pos].split(",") if names[pos] else ["nan_count"]
             metric = bad_names[0]
-            value = rec[metric].to_numpy()[pos] if metric in rec else None
+            value: float | None = float(rec[metric].to_numpy()[pos]) if metric in rec else None
             if metric == "nan_count":
                 what = f"{int(nan_count[pos])} NaN iteration(s) counted"
-            elif metric == "loss" and not np.isfinite(value) and np.isnan(value):
+            elif metric == "loss" and value is not None and np.isnan(value):
                 what = "loss is NaN (Megatron left the loss field out)"
                 value = None
             else:
                 what = f"{', '.join(bad_names)} not finite"
-            alerts.append(self.alert(Severity.CRITICAL, steps[pos], lines[pos], metric, value, None,
-                                     None, f"{what} at step {steps[pos]}", _HINT))
+            alerts.append(
+                self.alert(
+                    Severity.CRITICAL,
+                    steps[pos],
+                    lines[pos],
+                    metric,
+                    value,
+                    None,
+                    None,
+                    f"{what} at step {steps[pos]}",
+                    _HINT,
+                )
+            )
         return alerts

@@ -58,7 +58,9 @@ class _Probe:
 
 class ResumeRegression(Detector):
     id = "resume_regression"
-    description = "after a resume, loss back near init level or far above, or grad norm many times, its pre-resume level"
+    description = (
+        "after a resume, loss back near init level or far above, or grad norm many times, its pre-resume level"
+    )
     Config = ResumeRegressionConfig
     config: ResumeRegressionConfig
 
@@ -72,8 +74,9 @@ class ResumeRegression(Detector):
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = batch.records
-        items: list[tuple[int, int, object]] = [(ev.line, 0, ev) for ev in batch.events
-                                                if ev.kind in (EventKind.CHECKPOINT_LOAD, EventKind.VOCAB)]
+        items: list[tuple[int, int, object]] = [
+            (ev.line, 0, ev) for ev in batch.events if ev.kind in (EventKind.CHECKPOINT_LOAD, EventKind.VOCAB)
+        ]
         loss, grad = rec["loss"].to_numpy(), rec["grad_norm"].to_numpy()
         steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
         logged = np.flatnonzero(np.isfinite(loss) | np.isfinite(grad))
@@ -134,36 +137,86 @@ class ResumeRegression(Detector):
         first_loss = p.losses[0] if p.losses else None
         first_grad = p.grads[0] if p.grads else None
         step = p.step or 0
-        if first_loss is not None and first_loss >= cfg.init_fraction * init and (
-            (pre_loss is not None and pre_loss < cfg.init_fraction * init)
-            or (pre_loss is None and step >= cfg.init_check_min_step)
+        if (
+            first_loss is not None
+            and first_loss >= cfg.init_fraction * init
+            and (
+                (pre_loss is not None and pre_loss < cfg.init_fraction * init)
+                or (pre_loss is None and step >= cfg.init_check_min_step)
+            )
         ):
-            return self._alert(Severity.CRITICAL, p, "loss", first_loss, pre_loss, init,
-                               f"loss {first_loss:.4g} after resume is at the random-init level "
-                               f"ln(vocab)={init:.2f}" + _was(pre_loss))
-        if (first_loss is not None and pre_loss is not None
-                and first_loss >= pre_loss * (1 + cfg.loss_rise) and first_loss - pre_loss >= cfg.loss_delta):
-            return self._alert(Severity.WARNING, p, "loss", first_loss, pre_loss, pre_loss * (1 + cfg.loss_rise),
-                               f"loss {first_loss:.4g} after resume is {first_loss / pre_loss:.2f}x its "
-                               f"level before ({pre_loss:.4g})")
+            return self._alert(
+                Severity.CRITICAL,
+                p,
+                "loss",
+                first_loss,
+                pre_loss,
+                init,
+                f"loss {first_loss:.4g} after resume is at the random-init level ln(vocab)={init:.2f}" + _was(pre_loss),
+            )
+        if (
+            first_loss is not None
+            and pre_loss is not None
+            and first_loss >= pre_loss * (1 + cfg.loss_rise)
+            and first_loss - pre_loss >= cfg.loss_delta
+        ):
+            return self._alert(
+                Severity.WARNING,
+                p,
+                "loss",
+                first_loss,
+                pre_loss,
+                pre_loss * (1 + cfg.loss_rise),
+                f"loss {first_loss:.4g} after resume is {first_loss / pre_loss:.2f}x its level before ({pre_loss:.4g})",
+            )
         if first_grad is not None and pre_grad is not None and first_grad >= cfg.grad_ratio * pre_grad:
-            return self._alert(Severity.WARNING, p, "grad_norm", first_grad, pre_grad, cfg.grad_ratio * pre_grad,
-                               f"grad norm {first_grad:.4g} after resume is {first_grad / pre_grad:.1f}x its "
-                               f"level before ({pre_grad:.4g})")
+            return self._alert(
+                Severity.WARNING,
+                p,
+                "grad_norm",
+                first_grad,
+                pre_grad,
+                cfg.grad_ratio * pre_grad,
+                f"grad norm {first_grad:.4g} after resume is {first_grad / pre_grad:.1f}x its "
+                f"level before ({pre_grad:.4g})",
+            )
         if pre_grad is None and len(p.grads) >= 3:
             rest = float(np.median(p.grads[1:]))
-            falling = all(a > b for a, b in zip(p.grads, p.grads[1:]))
+            falling = all(a > b for a, b in zip(p.grads, p.grads[1:], strict=False))
             if falling and rest > 0 and p.grads[0] >= cfg.transient_ratio * rest:
                 return self._alert(
-                    Severity.WARNING, p, "grad_norm", p.grads[0], rest, cfg.transient_ratio * rest,
+                    Severity.WARNING,
+                    p,
+                    "grad_norm",
+                    p.grads[0],
+                    rest,
+                    cfg.transient_ratio * rest,
                     f"grad norm {p.grads[0]:.4g} right after resume is {p.grads[0] / rest:.1f}x the next "
-                    f"steps' ({rest:.4g}) and falling: the optimizer state looks reset")
+                    f"steps' ({rest:.4g}) and falling: the optimizer state looks reset",
+                )
         return None
 
-    def _alert(self, sev: Severity, p: _Probe, metric: str, value: float, baseline: float | None,
-               threshold: float, message: str) -> Alert:
-        return self.alert(sev, p.step, p.line, metric, value, baseline, threshold,
-                          f"{message} ({p.reason})", _HINT)
+    def _alert(
+        self,
+        sev: Severity,
+        p: _Probe,
+        metric: str,
+        value: float,
+        baseline: float | None,
+        threshold: float,
+        message: str,
+    ) -> Alert:
+        return self.alert(
+            sev,
+            p.step,
+            p.line,
+            metric,
+            value,
+            baseline,
+            threshold,
+            f"{message} ({p.reason})",
+            _HINT,
+        )
 
 
 def _was(pre: float | None) -> str:

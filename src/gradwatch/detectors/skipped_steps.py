@@ -45,7 +45,7 @@ class SkippedSteps(Detector):
         self._last: tuple[int, int] | None = None  # DeepSpeed (step, cumulative skipped)
         self._last_record_step: int | None = None
         self._recent: deque[tuple[int, float]] = deque()  # (step, skipped in that stretch)
-        self._total_steps = 0
+        self._total_steps = 0.0
         self._total_skipped = 0.0
         self._quiet_until = -(10**18)
         self._all_alerted = False
@@ -55,12 +55,12 @@ class SkippedSteps(Detector):
         items: list[tuple[int, int, int, float]] = []  # line, step, steps covered, skipped
         for ev in batch.events:
             if ev.kind is EventKind.SKIP_COUNT and ev.step is not None:
-                k = int(ev.data["skipped"])
-                if self._last is not None and ev.step > self._last[0] and k >= self._last[1]:
-                    items.append((ev.line, ev.step, ev.step - self._last[0], float(k - self._last[1])))
+                total = int(ev.data["skipped"])
+                if self._last is not None and ev.step > self._last[0] and total >= self._last[1]:
+                    items.append((ev.line, ev.step, ev.step - self._last[0], float(total - self._last[1])))
                 elif self._last is None and ev.step > 0:
-                    items.append((ev.line, ev.step, ev.step, float(k)))
-                self._last = (ev.step, k)
+                    items.append((ev.line, ev.step, ev.step, float(total)))
+                self._last = (ev.step, total)
         skipped = rec["skipped"].to_numpy()
         steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
         for pos in np.flatnonzero(np.isfinite(skipped)):
@@ -83,14 +83,23 @@ class SkippedSteps(Detector):
         self._recent.append((step, skipped))
         while self._recent and self._recent[0][0] <= step - cfg.window:
             self._recent.popleft()
-        if (not self._all_alerted and self._total_steps >= cfg.min_steps
-                and self._total_skipped >= cfg.all_skipped_fraction * self._total_steps):
+        if (
+            not self._all_alerted
+            and self._total_steps >= cfg.min_steps
+            and self._total_skipped >= cfg.all_skipped_fraction * self._total_steps
+        ):
             self._all_alerted = True
             return self.alert(
-                Severity.CRITICAL, step, line, "skipped", self._total_skipped, None,
+                Severity.CRITICAL,
+                step,
+                line,
+                "skipped",
+                self._total_skipped,
+                None,
                 cfg.all_skipped_fraction * self._total_steps,
                 f"{self._total_skipped:.0f} of {self._total_steps} steps skipped: the run is not training",
-                _HINT)
+                _HINT,
+            )
         if step <= cfg.calibration_steps or step <= self._quiet_until:
             return None
         span = min(cfg.window, step)
@@ -98,7 +107,14 @@ class SkippedSteps(Detector):
         if n / span > cfg.max_rate:
             self._quiet_until = step + cfg.quiet_steps
             return self.alert(
-                Severity.WARNING, step, line, "skipped", n, None, cfg.max_rate * span,
+                Severity.WARNING,
+                step,
+                line,
+                "skipped",
+                n,
+                None,
+                cfg.max_rate * span,
                 f"{n:.0f} of the last {span} steps were skipped (rate {n / span:.2f} > {cfg.max_rate:g})",
-                _HINT)
+                _HINT,
+            )
         return None

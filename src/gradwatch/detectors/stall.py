@@ -111,6 +111,13 @@ class Stall(Detector):
         limit = self.limit()
         then = f"; steps resumed at {resumed_at}" if resumed_at is not None else " while the log went on"
         return self.alert(
-            Severity.WARNING, step, line, "step_time_s", seconds, None, limit,
+            Severity.WARNING,
+            step,
+            line,
+            "step_time_s",
+            seconds,
+            None,
+            limit,
             f"no new step for {_duration(seconds)} after step {step} (limit {_duration(limit)}){then}",
-            _HINT)
+            _HINT,
+        )

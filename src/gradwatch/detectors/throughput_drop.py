@@ -68,8 +68,13 @@ class ThroughputDrop(Detector):
         low = (n_prev >= self.config.min_history) & (values < self.config.fraction * med)
         alerts: list[Alert] = []
         for pos in range(len(values)):
-            alert = self._observe(bool(low[pos]), int(steps[pos]), int(lines[pos]), float(values[pos]),
-                                  float(med[pos]))
+            alert = self._observe(
+                bool(low[pos]),
+                int(steps[pos]),
+                int(lines[pos]),
+                float(values[pos]),
+                float(med[pos]),
+            )
             if alert is not None:
                 alerts.append(alert)
         return alerts
@@ -85,13 +90,30 @@ class ThroughputDrop(Detector):
                 self._in_drop = True
                 s0, l0, b0 = self._low_start
                 return self.alert(
-                    Severity.WARNING, s0, l0, self._metric, value, b0, cfg.fraction * b0,
+                    Severity.WARNING,
+                    s0,
+                    l0,
+                    self._metric,
+                    value,
+                    b0,
+                    cfg.fraction * b0,
                     f"{label} {value:.4g} is {value / b0:.0%} of the run's baseline {b0:.4g} "
-                    f"for {cfg.sustain} logs since step {s0}", _HINT)
+                    f"for {cfg.sustain} logs since step {s0}",
+                    _HINT,
+                )
             return None
         self._low_run = 0
         if self._in_drop:
             self._in_drop = False
-            return self.alert(Severity.INFO, step, line, self._metric, value, base, None,
-                              f"{label} back at {value / base:.0%} of the baseline", "no action needed")
+            return self.alert(
+                Severity.INFO,
+                step,
+                line,
+                self._metric,
+                value,
+                base,
+                None,
+                f"{label} back at {value / base:.0%} of the baseline",
+                "no action needed",
+            )
         return None

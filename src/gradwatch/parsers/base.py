@@ -32,16 +32,29 @@ class ParseOutput:
     last_step_ts: float | None = None
     step_ts_pending: bool = False
 
-    def record(self, parser: str, step: int | None, line: int, ts: float | None,
-               metrics: dict[str, float], nonfinite: list[str] | tuple[str, ...] = ()) -> None:
+    def record(
+        self,
+        parser: str,
+        step: int | None,
+        line: int,
+        ts: float | None,
+        metrics: dict[str, float],
+        nonfinite: list[str] | tuple[str, ...] = (),
+    ) -> None:
         self.records.add(step, line, ts, metrics, nonfinite, parser)
         self.counts[parser] = self.counts.get(parser, 0) + 1
         if step is not None:
             self.last_step = step
         self.last_step_ts, self.step_ts_pending = ts, ts is None
 
-    def event(self, kind: EventKind, line: int, step: int | None = None, ts: float | None = None,
-              **data: Any) -> None:
+    def event(
+        self,
+        kind: EventKind,
+        line: int,
+        step: int | None = None,
+        ts: float | None = None,
+        **data: Any,
+    ) -> None:
         self.events.append(Event(kind, line, step, ts if ts is not None else self.last_ts, data))
 
 

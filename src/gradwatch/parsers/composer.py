@@ -2,7 +2,7 @@
 
 Line shapes covered (composer `loggers/console_logger.py`):
 
-    [batch=1/3]:                         max_duration in batches (also `[token=N/M]:`, `[sample=N/M]:`)
+    [batch=1/3]:                         max_duration in batches (also `[token=N/M]:` ...)
     [epoch=1][batch=5/100]:              max_duration in epochs: batch counts within the epoch
     \t Train loss/train/total: 12.0570   tab + space (docs copies indent with spaces)
     [Eval batch=10/10] Eval on eval data:
@@ -12,20 +12,21 @@ The record ends at the first line that is not a `Train`/`Eval` metric line; that
 the other parsers. srun's `0:   ` prefix swallows the indentation, so indentation is not required.
 The step is the global batch: `[batch=N/M]` directly; otherwise `time/batch + 1` when logged
 (composer logs `time/batch` before the batch is counted), else `(epoch-1)*M + n` for epoch markers,
-else one more than the previous record. Eval blocks
-become a record with `val_loss` at the last training step, plus a validation event.
+else one more than the previous record. Eval blocks become a record with `val_loss` at the last
+training step, plus a validation event.
 `Loading checkpoint from <path>` (no trailing `...`, which is OLMo's) is a checkpoint-load event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number
 from gradwatch.parsers.base import ParseOutput, Parser
 
-_MARKER = re.compile(r"(?:\[epoch=(\d+)\])?\[(\w+)=(\d+)(?:/(\d+))?\]:\s*$")
+_MARKER = re.compile(r"(?:\[epoch=(\d{1,6})\])?\[(\w+)=(\d{1,18})(?:/(\d{1,12}))?\]:\s*$")
 _EVAL_MARKER = re.compile(r"\[Eval batch=\d+/\d+\] Eval on .* data:\s*$")
 _METRIC = re.compile(r"^\s*(Train|Eval) (.+?): (.*)$")
 _LOADING = re.compile(r"Loading checkpoint from (\S+)\s*$")
@@ -128,7 +129,7 @@ class ComposerParser(Parser):
                 tb = number(value)
             except ValueError:
                 tb = float("nan")
-            if not is_nonfinite(tb):
+            if 0 <= tb < 1e18:  # NaN fails too
                 rec.time_batch = tb
         canonical = _TRAIN_KEYS.get(key)
         if canonical is None and key.startswith("lr-"):
@@ -142,10 +143,8 @@ class ComposerParser(Parser):
 
     @staticmethod
     def _put(into: dict[str, float], name: str, value: str) -> None:
-        try:
+        with contextlib.suppress(ValueError):  # a quoted string or a table is not a number
             into[name] = number(value)
-        except ValueError:
-            pass  # a quoted string or a table
 
     def flush(self, out: ParseOutput) -> None:
         rec, self._open = self._open, None

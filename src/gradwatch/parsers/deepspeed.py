@@ -7,6 +7,7 @@ Overflow lines carry no step; they belong to the step being computed, one after 
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 from gradwatch.events import EventKind
@@ -16,7 +17,6 @@ from gradwatch.parsers.base import ParseOutput, Parser
 _ATTEMPTED = re.compile(r"Attempted loss scale:\s*([\d.eE+-]+),\s*(?:reducing to\s*([\d.eE+-]+)|but hysteresis)")
 _REDUCING = re.compile(r"Reducing dynamic loss scale from\s*([\d.eE+-]+)\s*to\s*([\d.eE+-]+)")
 _INCREASING = re.compile(r"Increasing dynamic loss scale from\s*([\d.eE+-]+)\s*to\s*([\d.eE+-]+)")
-_GRAD_OVERFLOW = re.compile(r"Grad overflow on iteration\s+(\d+)")
 _PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^,\]]+)")
 _PIPE_STEPS = re.compile(r"\bsteps: (\d+) loss: (\S+) .*?iter time \(s\): (\S+)")
 _SAVING = re.compile(r"Saving model checkpoint: .*?global_step(\d+)")
@@ -43,10 +43,8 @@ class DeepSpeedParser(Parser):
             if m:
                 step, skipped = int(m.group(1)), int(m.group(2))
                 metrics: dict[str, float] = {}
-                try:
+                with contextlib.suppress(ValueError):
                     metrics["lr"] = number(m.group(3))
-                except ValueError:
-                    pass
                 out.event(EventKind.SKIP_COUNT, line, step, ts, skipped=skipped)
                 if not out.counts.keys() - {self.name}:
                     out.record(self.name, step, line, ts, metrics)
@@ -61,8 +59,14 @@ class DeepSpeedParser(Parser):
                     return False
                 if not out.counts.keys() - {self.name}:
                     nonfinite = [] if loss == loss and abs(loss) != float("inf") else ["loss"]
-                    out.record(self.name, int(m.group(1)), line, ts,
-                               {"loss": loss, "step_time_s": step_time}, nonfinite)
+                    out.record(
+                        self.name,
+                        int(m.group(1)),
+                        line,
+                        ts,
+                        {"loss": loss, "step_time_s": step_time},
+                        nonfinite,
+                    )
                 return True
         if "Saving model checkpoint" in text:
             m = _SAVING.search(text)
@@ -86,16 +90,27 @@ class DeepSpeedParser(Parser):
             return True
         m = _INCREASING.search(text)
         if m:
-            out.event(EventKind.SCALE_INCREASE, line, self._next_step(out), ts,
-                      old=float(m.group(1)), new=float(m.group(2)))
+            out.event(
+                EventKind.SCALE_INCREASE,
+                line,
+                self._next_step(out),
+                ts,
+                old=float(m.group(1)),
+                new=float(m.group(2)),
+            )
             return True
-        if "OVERFLOW" in text or "Grad overflow" in text:
-            # non-fp16 overflow message, or the line announcing "Grad overflow on iteration N"
-            return True
-        return False
+        # a non-fp16 overflow message, or the line announcing "Grad overflow on iteration N"
+        return "OVERFLOW" in text or "Grad overflow" in text
 
-    def _overflow(self, line: int, ts: float | None, out: ParseOutput, attempted: float,
-                  new: float, hysteresis: bool) -> None:
+    def _overflow(
+        self,
+        line: int,
+        ts: float | None,
+        out: ParseOutput,
+        attempted: float,
+        new: float,
+        hysteresis: bool,
+    ) -> None:
         step = self._next_step(out)
         key = (step, attempted)
         if key == self._last_overflow:

@@ -11,7 +11,7 @@ Line shapes covered:
     {'train_runtime': 601.2, ..., 'train_loss': 2.7}           final summary: skipped
       Continuing training from global step 1200                resume (INFO verbosity only)
 
-The dict is read with a regex over `'key': value` pairs, never with eval(). The dict has no step, so:
+The dict is read with a regex over `'key': value` pairs, never with eval(). It has no step, so:
 
 - if a tqdm bar was printed earlier on the same physical line (the `\\r`-separated updates before
   the dict, or a bar glued in front of it), its count is the step: the Trainer updates the bar to
@@ -33,13 +33,13 @@ from gradwatch.parsers._text import is_nonfinite, number
 from gradwatch.parsers.base import ParseOutput, Parser
 
 _Q = "'\u2018\u2019\""
-# 'key': value, value = quoted string | bare token, optionally wrapped as tensor(...) / np.float64(...)
+# 'key': value; value = quoted string | bare token, maybe wrapped: tensor(...), np.float64(...)
 _PAIR = re.compile(
     rf"[{_Q}]([^{_Q}]+)[{_Q}]\s*:\s*(?:[\w.]*\()?\s*([{_Q}][^{_Q}]*[{_Q}]|[^,}})\s]+)"
 )
-_BAR = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
+_BAR = re.compile(r"\|\s*(\d{1,18})/(\d+)\s*\[")
 _LOSSES = frozenset(("loss", "val_loss", "grad_norm"))
-_CONTINUING = re.compile(r"Continuing training from global step (\d+)")
+_CONTINUING = re.compile(r"Continuing training from global step (\d{1,18})\b")
 
 _KEYS: dict[str, str] = {
     "loss": "loss",
@@ -75,15 +75,16 @@ class HfTrainerParser(Parser):
         return self._dict(text[start:], line, ts, out)
 
     def _see_bar(self, text: str, line: int) -> None:
-        m = None
-        for m in _BAR.finditer(text):  # the last bar of a glued run is the newest
-            pass
-        if m is not None:
-            self._bar = (line, int(m.group(1)))
+        counts = _BAR.findall(text)
+        if counts:  # the last bar of a glued run is the newest
+            self._bar = (line, int(counts[-1][0]))
 
     def _dict(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         end = text.find("}")
-        pairs = _PAIR.findall(text if end < 0 else text[: end + 1])
+        if end >= 0:
+            pairs = _PAIR.findall(text[: end + 1])
+        else:  # a cut line: its last value may be cut too (`4.99e-0` for `4.99e-05`)
+            pairs = _PAIR.findall(text)[:-1]
         if not pairs:
             return False
         keys = {k for k, _ in pairs}

@@ -19,7 +19,6 @@ overrides entries (the YAML config uses it). Targets must be `step` or a canonic
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from gradwatch.errors import ConfigError
@@ -54,6 +53,7 @@ DEFAULT_ALIASES: dict[str, str] = {
     "val_loss": "val_loss",
 }
 _MAX_DEPTH = 3
+_MAX_STEP = 10**18  # a larger (or negative) step is garbage and would not fit int64
 
 
 def _flatten(obj: dict[str, Any], prefix: str, into: dict[str, Any], depth: int) -> None:
@@ -70,7 +70,10 @@ def _value(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float range
+            return None
     if isinstance(value, str):
         try:
             return number(value)
@@ -123,7 +126,7 @@ class JsonlParser(Parser):
             if v is None:
                 continue
             if target == "step":
-                if step is None and math.isfinite(v):
+                if step is None and 0 <= v < _MAX_STEP:  # NaN fails too
                     step = int(v)
             elif target not in metrics:
                 metrics[target] = v

@@ -12,6 +12,7 @@ omitted too, but those records report skipped iterations, so they are not flagge
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 from gradwatch.events import EventKind
@@ -98,7 +99,7 @@ class MegatronParser(Parser):
     def _continues(text: str) -> bool:
         """A hard-wrapped continuation: more `|`-separated fields, not a new kind of line."""
         stripped = text.lstrip()
-        return "|" in text and not stripped.startswith(("[", "(", "iteration", "time (ms)"))
+        return "|" in text and not stripped.startswith(("[", "(", "time (ms)")) and not _ITERATION.match(stripped)
 
     def flush(self, out: ParseOutput) -> None:
         if self._pending is not None:
@@ -162,10 +163,8 @@ class MegatronParser(Parser):
                 lv = _LOSS_VALUE.search(m.group(2))
                 metrics: dict[str, float] = {}
                 if lv:
-                    try:
+                    with contextlib.suppress(ValueError):
                         metrics["val_loss"] = number(lv.group(1).rstrip("|"))
-                    except ValueError:
-                        pass
                 out.record(self.name, step, line, ts, metrics)
                 out.event(EventKind.VALIDATION, line, step, ts, **metrics)
                 return True

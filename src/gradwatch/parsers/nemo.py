@@ -2,12 +2,17 @@
 
 Line shapes covered:
 
-    Training epoch 0, iteration 3/9 | lr: 0.0006 | consumed_samples: 128 | global_batch_size: 32 | global_step: 3 | reduced_train_loss: 8.595 | train_step_timing in s: 46.84 | val_loss: 4.106
-    Epoch 0:   1%|          | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1, v_num=, reduced_train_loss=3.090, global_step=794.0, consumed_samples=1.63e+6]
-    [NeMo I 2025-05-22 20:08:53 model_checkpoint:497] Scheduled async checkpoint save for <path>-step=18-consumed_samples=9728.0-last.ckpt
-    [NeMo I 2025-05-22 20:09:41 model_checkpoint:522] Async checkpoint save for step 19 finalized successfully.
+    Training epoch 0, iteration 3/9 | lr: 0.0006 | consumed_samples: 128 | global_batch_size: 32
+        | global_step: 3 | reduced_train_loss: 8.595 | train_step_timing in s: 46.84 | val_loss: 4.1
+    Epoch 0:   1%|          | 795/77225 [9:07:58<878:01:48, 41.36s/it, loss=3.1, v_num=,
+        reduced_train_loss=3.090, global_step=794.0, consumed_samples=1.63e+6]
+    [NeMo I 2025-05-22 20:08:53 model_checkpoint:497] Scheduled async checkpoint save for
+        <path>-step=18-consumed_samples=9728.0-last.ckpt
+    [NeMo I ... model_checkpoint:522] Async checkpoint save for step 19 finalized successfully.
     Epoch 0, global step 100: 'val_loss' reached 2.51 (best 2.51), saving model to '<path>' as top 1
     Resuming training from checkpoint: <path>
+
+(each of the first three is one line in the log)
 
 The step is `global_step` (NeMo 2.0's `iteration` restarts every epoch). NeMo 1.x bars print it as a
 Lightning float with three significant digits (`3.1e+4`), so late in a run consecutive records can
@@ -30,12 +35,14 @@ _BAR = re.compile(r"\bEpoch \d+:")
 _PAIR = re.compile(r"([\w/ -]+?)=([^,\s\]]*)")
 _NEMO_TS = re.compile(r"\[NeMo [A-Z] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 _SCHEDULED = re.compile(r"Scheduled async checkpoint save for (\S+)")
-_FINALIZED = re.compile(r"Async checkpoint save for step (\d+) finalized")
-_TOPK = re.compile(r"global step (\d+): .*saving model to '([^']+)'")
+_FINALIZED = re.compile(r"Async checkpoint save for step (\d{1,18}) finalized")
+_TOPK = re.compile(r"global step (\d{1,18}): .*saving model to '([^']+)'")
 _RESUMING = re.compile(
-    r"(?:Resuming training from checkpoint:|Restored all states from the checkpoint(?: file)? at) (\S+)"
+    r"(?:Resuming training from checkpoint:"
+    r"|Restored all states from the checkpoint(?: file)? at) (\S+)"
 )
-_PATH_STEP = re.compile(r"step=(\d+)")
+_MAX_STEP = 10**18  # a larger `global_step=` is garbage (and would not fit int64)
+_PATH_STEP = re.compile(r"step=(\d{1,18})\b")
 
 # norm_key(field) -> canonical; `step` is the step
 _KEYS: dict[str, str] = {
@@ -54,7 +61,7 @@ _LOSS_FALLBACK = ("trainloss", "loss")
 
 class NemoParser(Parser):
     name = "nemo"
-    description = "NeMo 2.0 `Training epoch E, iteration i/N | ... | global_step: G | ...` and NeMo 1.x tqdm bars"
+    description = "NeMo 2.0 `Training epoch E, iteration i/N | ... | global_step: G` and 1.x bars"
 
     def __init__(self) -> None:
         self._step: int | None = None
@@ -73,13 +80,18 @@ class NemoParser(Parser):
                 key, sep, value = part.partition(":")
                 if sep:
                     fields.append((key, value))
-            return self._record(fields, line, ts, out, bar=False)
+            self._record(fields, line, ts, out, bar=False)
+            return True  # even without a known field: Megatron would misread `iteration i/N |`
         if "global_step=" in text and "Epoch" in text:
             m = _BAR.search(text)
             if m is None:
                 return False
             postfix = text[text.rfind("[") + 1 :]  # `elapsed<remaining, rate, k=v, k=v]`
-            return self._record(_PAIR.findall(postfix), line, ts, out, bar=True)
+            pairs = _PAIR.findall(postfix)
+            if "]" not in postfix:  # a cut line: its last value may be cut too
+                pairs = pairs[:-1]
+            self._record(pairs, line, ts, out, bar=True)
+            return True
         if "heckpoint" in text or "saving model to" in text:
             return self._checkpoint(text, line, ts, out)
         return False
@@ -91,7 +103,8 @@ class NemoParser(Parser):
         ts: float | None,
         out: ParseOutput,
         bar: bool,
-    ) -> bool:
+    ) -> None:
+        """Record one progress line, unless it repeats the previous bar or has no known field."""
         values: dict[str, float] = {}
         fallback: dict[str, float] = {}
         for key, raw in fields:
@@ -113,15 +126,15 @@ class NemoParser(Parser):
                 if k in fallback:
                     values["loss"] = fallback[k]
                     break
-        if step_value is not None and not is_nonfinite(step_value):
-            step: int | None = int(round(step_value))
+        if step_value is not None and 0 <= step_value < _MAX_STEP:  # NaN fails too
+            step = int(round(step_value))
         else:
             step = (self._step or 0) + 1
         val = values.pop("val_loss", None)
         if bar:
             drawn = (step, tuple(sorted(values.items())))
             if drawn == self._last_bar and (val is None or val == self._val_loss):
-                return True  # the same bar redrawn
+                return  # the same bar redrawn
             self._last_bar = drawn
         new_val = val is not None and (val != self._val_loss or self._val_loss is None)
         if new_val:
@@ -129,13 +142,12 @@ class NemoParser(Parser):
             values["val_loss"] = val
             self._val_loss = val
         if not values:
-            return False
+            return
         self._step = step
         nonfinite = [k for k, v in values.items() if is_nonfinite(v)]
         out.record(self.name, step, line, ts, values, nonfinite)
         if new_val:
             out.event(EventKind.VALIDATION, line, step, ts, val_loss=values["val_loss"])
-        return True
 
     def _checkpoint(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if ts is None:

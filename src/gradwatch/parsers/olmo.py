@@ -6,15 +6,15 @@ Line shapes covered:
         optim/total_grad_norm=0.0002
         train/CrossEntropyLoss=1.7872662283480167e-06
         throughput/total_tokens=2,097,152
-    [2025-02-20 15:18:04] INFO     [olmo_core...console_logger:62, rank=0] [step=1/7,epoch=1,eta=...]
+    [2025-02-20 15:18:04] INFO     [olmo_core...console_logger:62, rank=0] [step=1/7,epoch=1]
         train/CE loss=11.03
         optim/LR (group 0)=1.00E-05
 
 The record ends at the next line that is not a metric line; that line is left for the other
-parsers. OLMo-core prints bare markers between metric intervals: they produce no record. Numbers
-follow OLMo's `format_float` (thousands commas, `str()` below 1e-4, `nan`). A launcher prefix such as
-srun's `0:     ` swallows the indentation, so an unindented `group/name=value` line also continues a
-record.
+parsers. OLMo-core adds `,eta=...` to the marker when known, and prints bare markers between
+metric intervals: they produce no record. Numbers follow OLMo's `format_float` (thousands commas,
+`str()` below 1e-4, `nan`). A launcher prefix such as srun's `0:     ` swallows the indentation,
+so an unindented `group/name=value` line also continues a record.
 
 Checkpoint lines (OLMo `olmo/train.py`, OLMo-core `trainer.py`/checkpointer callback):
 `Loading checkpoint from <path>...` (remembered), `Will resume training from step N, epoch E`
@@ -30,11 +30,14 @@ from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number
 from gradwatch.parsers.base import ParseOutput, Parser
 
-_MARKER = re.compile(r"\[step=(\d+)/(?:\d+|\?+|None),epoch=\d+(?:,eta=[^\]]*)?\]\s*$")
+# `[step=N/M]` (early OLMo), `,epoch=E`, OLMo-core `,eta=...`; rich's handler may add `file.py:123`
+_MARKER = re.compile(
+    r"\[step=(\d{1,18})/(?:\d+|\?+|None)(?:,epoch=\d+)?(?:,eta=[^\]]*)?\]\s*(?:[\w.-]+:\d+\s*)?$"
+)
 # an unindented continuation (indentation eaten by a launcher prefix): `group/name=value`
 _BARE_METRIC = re.compile(r"^[A-Za-z][\w ().-]*/[^=]*=\S+\s*$")
-_RESUME = re.compile(r"Will resume training from step (\d+)")
-_SAVE_STEP = re.compile(r"Saving checkpoint for step (\d+) to '?([^']*?)'?(?:\.\.\.)?\s*$")
+_RESUME = re.compile(r"Will resume training from step (\d{1,18})\b")
+_SAVE_STEP = re.compile(r"Saving checkpoint for step (\d{1,18}) to '?([^']*?)'?(?:\.\.\.)?\s*$")
 _LOADING = re.compile(r"Loading checkpoint from '?(.*?)'?\.\.\.\s*$")
 _SAVED = re.compile(r"Checkpoint saved to (\S+)")
 

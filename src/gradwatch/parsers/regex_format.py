@@ -26,6 +26,8 @@ from gradwatch.parsers._text import is_nonfinite, number
 from gradwatch.parsers.base import ParseOutput, Parser
 from gradwatch.records import METRICS, is_metric
 
+_MAX_STEP = 10**18  # a larger (or negative) step is garbage and would not fit int64
+
 
 def _sre_modules() -> tuple[Any, Any]:
     """The regex parser modules: `re._parser` since Python 3.11, `sre_parse` before."""
@@ -132,7 +134,7 @@ class RegexParser(Parser):
                 v = number(m.group("step"))
             except ValueError:
                 v = math.nan
-            if math.isfinite(v):
+            if 0 <= v < _MAX_STEP:  # NaN fails too
                 step = int(v)
         if step is None:
             step = (self._step or 0) + 1

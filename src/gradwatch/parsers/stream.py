@@ -106,8 +106,13 @@ class LogStream:
         if len(partial) > MAX_LINE_BYTES:
             if not self._overlong:
                 self._overlong = True
-                self.out.event(EventKind.PARSE_WARNING, self.lines + 1, None, None,
-                               text=f"line longer than {MAX_LINE_BYTES} bytes: cut there")
+                self.out.event(
+                    EventKind.PARSE_WARNING,
+                    self.lines + 1,
+                    None,
+                    None,
+                    text=f"line longer than {MAX_LINE_BYTES} bytes: cut there",
+                )
             partial = partial[:MAX_LINE_BYTES]
         self._partial = partial
 

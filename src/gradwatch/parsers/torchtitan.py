@@ -2,7 +2,8 @@
 
 Line shapes covered (torchtitan `components/metrics.py`, `components/checkpoint.py`, `train.py`):
 
-    [titan] 2026-05-18 16:04:50,821 - root - INFO - step: 18  loss:  3.54399  grad_norm:  0.7675  memory:  9.46GiB(64.99%)  tps: 7,322  tflops: 0.52  mfu: 0.17%
+    [titan] 2026-05-18 16:04:50,821 - root - INFO - step: 18  loss:  3.54399  grad_norm:  0.7675
+        memory:  9.46GiB(64.99%)  tps: 7,322  tflops: 0.52  mfu: 0.17%     (one line in the log)
     2025-02-03 13:39:06,055 - root - INFO - step:  1  loss: 12.2384  memory: ...  mfu: N/A
     [titan] ... - validate step: 100  loss: 3.1234  memory: ...  tps: ...
     Loading the checkpoint at step 400.  /  Loading the checkpoint from <id>.
@@ -11,7 +12,8 @@ Line shapes covered (torchtitan `components/metrics.py`, `components/checkpoint.
 
 ANSI colours and `[rankN]:` prefixes are removed by `clean()`. The same step printed by several
 ranks one after the other becomes one record. `mfu` is kept in percent as printed; `N/A` is not
-logged. The memory field (max reserved) has no canonical metric and is not read.
+logged. The memory field (max reserved) has no canonical metric and is not read; validation
+records carry only `val_loss`. In a line cut before its `mfu` field the last value is not read.
 """
 
 from __future__ import annotations
@@ -22,16 +24,16 @@ from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number, timestamp
 from gradwatch.parsers.base import ParseOutput, Parser
 
-_STEP = re.compile(r"(?:\b(validate)\s+)?\bstep:\s*(\d+)\s+loss:\s*(\S+)")
+_STEP = re.compile(r"(?:\b(validate)\s+)?\bstep:\s*(\d{1,18})\s+loss:\s*(\S+)")
 _FIELDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("grad_norm", re.compile(r"\bgrad_norm:\s*(\S+)")),
     ("tps", re.compile(r"\btps:\s*([\d,.]+|nan|inf)")),
     ("tflops", re.compile(r"\btflops:\s*([\d,.]+|nan|inf)")),
     ("mfu", re.compile(r"\bmfu:\s*([\d.]+|nan|inf)%")),
 )
-_LOAD_AT = re.compile(r"Loading the checkpoint at step (\d+)")
+_LOAD_AT = re.compile(r"Loading the checkpoint at step (\d{1,18})\b")
 _LOAD_FROM = re.compile(r"Loading the checkpoint from (.+?)\.?\s*$")
-_STARTS = re.compile(r"Training starts at step (\d+)")
+_STARTS = re.compile(r"Training starts at step (\d{1,18})\b")
 
 
 class TorchtitanParser(Parser):
@@ -74,10 +76,12 @@ class TorchtitanParser(Parser):
             metrics["val_loss" if validate else "loss"] = number(m.group(3))
         except ValueError:
             return False
-        rest = text[m.end() :]
+        rest = "" if validate else text[m.end() :].rstrip()  # eval tps is not training tps
+        # a complete line ends with the mfu field; in a cut one the last value may be cut too
+        complete = rest.endswith(("%", "N/A"))
         for name, pattern in _FIELDS:
             f = pattern.search(rest)
-            if f is None:
+            if f is None or (not complete and f.end() == len(rest)):
                 continue
             try:
                 metrics[name] = number(f.group(1))

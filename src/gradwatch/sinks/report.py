@@ -18,8 +18,19 @@ from gradwatch.sinks.safe import safe_text
 
 SEVERITY_STYLE = {Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.CRITICAL: "bold red"}
 #: The metrics shown as "last values", in this order, when the log has them.
-SHOWN = ("loss", "grad_norm", "loss_scale", "lr", "z_loss", "logit_norm", "ppl", "val_loss",
-         "step_time_s", "tflops", "tps")
+SHOWN = (
+    "loss",
+    "grad_norm",
+    "loss_scale",
+    "lr",
+    "z_loss",
+    "logit_norm",
+    "ppl",
+    "val_loss",
+    "step_time_s",
+    "tflops",
+    "tps",
+)
 
 
 @dataclass
@@ -54,9 +65,15 @@ class Report:
         return {
             "version": 1,
             "files": [
-                {"path": f.path, "format": f.format, "records": f.records,
-                 "first_step": f.first_step, "last_step": f.last_step,
-                 "spike_score": f.spike_score.percent(), "error": f.error}
+                {
+                    "path": f.path,
+                    "format": f.format,
+                    "records": f.records,
+                    "first_step": f.first_step,
+                    "last_step": f.last_step,
+                    "spike_score": f.spike_score.percent(),
+                    "error": f.error,
+                }
                 for f in self.files
             ],
             "alerts": [a.to_json() for a in self.alerts],
@@ -113,8 +130,12 @@ class Report:
                 where = f"{a.path}:{a.line}" if a.line is not None else (a.path or "")
                 what.append(f"\n{safe_text(where)}", style="dim")
                 what.append(f"\nhint: {safe_text(a.hint)}", style="italic dim")
-                table.add_row(Text(str(a.severity), style=SEVERITY_STYLE[a.severity]),
-                              "" if a.step is None else f"{a.step:,}", a.detector, what)
+                table.add_row(
+                    Text(str(a.severity), style=SEVERITY_STYLE[a.severity]),
+                    "" if a.step is None else f"{a.step:,}",
+                    a.detector,
+                    what,
+                )
             body.append(_indent(table))
         else:
             body.append(Text("  no alerts", style="green"))
@@ -126,9 +147,15 @@ class Report:
         t = Text()
         n_files = len(self.files)
         t.append(f"{n_files} file{'s' if n_files != 1 else ''} checked: ")
-        t.append(f"{c['critical']} critical", style=SEVERITY_STYLE[Severity.CRITICAL] if c["critical"] else "")
+        t.append(
+            f"{c['critical']} critical",
+            style=SEVERITY_STYLE[Severity.CRITICAL] if c["critical"] else "",
+        )
         t.append(", ")
-        t.append(f"{c['warning']} warning", style=SEVERITY_STYLE[Severity.WARNING] if c["warning"] else "")
+        t.append(
+            f"{c['warning']} warning",
+            style=SEVERITY_STYLE[Severity.WARNING] if c["warning"] else "",
+        )
         t.append(f", {c['info']} info")
         bad = sum(1 for f in self.files if f.records == 0)
         if bad:

@@ -28,10 +28,7 @@ def expand_paths(args: list[str]) -> list[Path]:
     for arg in args:
         p = Path(arg)
         if p.is_dir():
-            found = sorted(
-                f for f in p.rglob("*")
-                if f.is_file() and f.name.removesuffix(".gz").endswith(LOG_SUFFIXES)
-            )
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.removesuffix(".gz").endswith(LOG_SUFFIXES))
             out.extend(found)
         elif not p.exists() and glob.has_magic(arg):
             out.extend(Path(m) for m in sorted(glob.glob(arg, recursive=True)))

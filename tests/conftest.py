@@ -1,0 +1,49 @@
+"""Shared test helpers: where the real samples are, and running the CLI as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REAL = REPO.parent / "shared" / "samples" / "real"
+EXAMPLES = REPO / "examples" / "logs"
+
+
+def real_samples() -> Path:
+    """The labelled third-party logs; tests that need them skip where they are absent."""
+    if not (REAL / "labels.json").is_file():
+        pytest.skip("real samples not present: ../shared/samples/real (third-party logs, not shipped)")
+    return REAL
+
+
+def gradwatch_cmd() -> list[str]:
+    return [sys.executable, "-m", "gradwatch"]
+
+
+def run_cli(
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run `gradwatch ARGS` in a real subprocess and return its result (text mode)."""
+    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", **(env or {})}
+    return subprocess.run(
+        [*gradwatch_cmd(), *args],
+        input=stdin.decode() if stdin is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+
+
+def check_json(*args: str) -> dict[str, Any]:
+    """`gradwatch check --output json ARGS`, parsed; fails the test on a traceback."""
+    p = run_cli("check", "--output", "json", *args)
+    assert "Traceback" not in p.stderr, p.stderr
+    return json.loads(p.stdout)
