@@ -125,7 +125,13 @@ def _emit(report: Any, output: str) -> None:
 
 @cli.group()
 def config() -> None:
-    """Show or write the configuration (thresholds of every detector)."""
+    """Show or write the configuration (thresholds of every detector).
+
+    \b
+    Examples:
+      gradwatch config show --config my.yaml
+      gradwatch config init my.yaml
+    """
 
 
 @config.command("show")

@@ -7,6 +7,7 @@ chunks, or appends as a live file grows) and returns alerts as they are found; i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,12 +71,18 @@ def build_detectors(settings: Settings, path: str) -> list[Detector]:
 
 
 class FileCheck:
-    """Parsers and detectors for one file, fed incrementally."""
+    """Parsers and detectors for one file, fed incrementally.
 
-    def __init__(self, path: str, settings: Settings, fmt: str | None = None) -> None:
+    `on_batch`, when given, sees every batch before the detectors do (live views keep their own
+    recent-values window from it).
+    """
+
+    def __init__(self, path: str, settings: Settings, fmt: str | None = None,
+                 on_batch: Callable[[Batch], None] | None = None) -> None:
         self.summary = FileSummary(path)
         self.stream = LogStream(build_parsers(settings, fmt), path)
         self.detectors = build_detectors(settings, path)
+        self.on_batch = on_batch
 
     def feed(self, data: bytes) -> list[Alert]:
         self.stream.feed(data)
@@ -92,6 +99,8 @@ class FileCheck:
 
     def _run(self, batch: Batch) -> list[Alert]:
         self._summarise(batch)
+        if self.on_batch is not None:
+            self.on_batch(batch)
         alerts: list[Alert] = []
         for det in self.detectors:
             alerts += det.update(batch)
@@ -124,10 +133,8 @@ def check_path(path: Path, settings: Settings, fmt: str | None = None) -> tuple[
     try:
         for chunk in read_chunks(path):
             alerts += check.feed(chunk)
-    except InputError as e:
+    except InputError as e:  # a missing file, or a damaged gzip: what came before it is still checked
         check.summary.error = str(e)
-        if check.summary.records == 0:
-            return check.summary, alerts
     alerts += check.close()
     if check.summary.records == 0 and check.summary.error is None:
         check.summary.error = no_format_message(path, check.stream.lines)
@@ -136,7 +143,7 @@ def check_path(path: Path, settings: Settings, fmt: str | None = None) -> tuple[
 
 
 def no_format_message(path: Path, lines: int) -> str:
-    what = "is empty" if lines == 0 else f"has {lines} lines but no training records"
+    what = "is empty: no training records" if lines == 0 else f"has {lines} lines but no training records"
     names = ", ".join(n for n, c in PARSERS.items() if not c.auxiliary or n == "deepspeed")
     return (
         f"{path}: {what} in any known format (tried: {names}); if this is a trainer we do not "

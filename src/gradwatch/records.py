@@ -8,6 +8,7 @@ nan/inf, or a loss that Megatron *omitted* because it was NaN, is listed in the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -45,74 +46,73 @@ def is_metric(name: str) -> bool:
 
 
 class RecordBuilder:
-    """Collects records column by column; cheap to append to, turned into a DataFrame per batch."""
+    """Collects records column by column: cheap to append to, turned into a DataFrame per batch.
+
+    A metric column is created when a record first logs it and padded with NaN for the records
+    that did not log it, so a batch costs one list append per logged value.
+    """
 
     def __init__(self) -> None:
-        self._rows: list[dict[str, Any]] = []
+        self._reset()
 
-    def add(
-        self,
-        step: int | None,
-        line: int,
-        ts: float | None,
-        metrics: dict[str, float],
-        nonfinite: Iterable[str] = (),
-        source: str = "",
-    ) -> None:
-        row: dict[str, Any] = dict(metrics)
-        row["source"] = source
-        row["step"] = step
-        row["line"] = line
-        row["ts"] = ts
-        row["nonfinite"] = ",".join(nonfinite)
-        self._rows.append(row)
+    def _reset(self) -> None:
+        self._n = 0
+        self._cols: dict[str, list[float]] = {}
+        self._step: list[int] = []
+        self._line: list[int] = []
+        self._ts: list[float] = []
+        self._nonfinite: list[str] = []
+        self._source: list[str] = []
+
+    def add(self, step: int | None, line: int, ts: float | None, metrics: dict[str, float],
+            nonfinite: Iterable[str] = (), source: str = "") -> None:
+        n = self._n
+        cols = self._cols
+        for name, value in metrics.items():
+            col = cols.get(name)
+            if col is None:
+                col = cols[name] = []
+            if len(col) < n:
+                col.extend([math.nan] * (n - len(col)))
+            col.append(value)
+        self._step.append(-1 if step is None else step)
+        self._line.append(line)
+        self._ts.append(math.nan if ts is None else ts)
+        self._nonfinite.append(",".join(nonfinite) if nonfinite else "")
+        self._source.append(source)
+        self._n = n + 1
 
     def __len__(self) -> int:
-        return len(self._rows)
-
-    @property
-    def last_step(self) -> int | None:
-        for row in reversed(self._rows):
-            if row["step"] is not None:
-                return int(row["step"])
-        return None
+        return self._n
 
     def take(self, drop_sources: frozenset[str] = frozenset()) -> pd.DataFrame:
         """Return the collected rows as a batch and start a new one.
 
         Rows written by a parser in `drop_sources` are left out (see `LogStream.take`).
         """
-        rows, self._rows = self._rows, []
-        if drop_sources:
-            rows = [r for r in rows if r["source"] not in drop_sources]
-        return to_frame(rows)
+        n = self._n
+        data: dict[str, Any] = {"step": np.array(self._step, dtype=np.int64)}
+        for name in METRICS:
+            col = self._cols.get(name)
+            if col is None:
+                data[name] = np.full(n, np.nan)
+            else:
+                if len(col) < n:
+                    col.extend([math.nan] * (n - len(col)))
+                data[name] = np.array(col, dtype=np.float64)
+        data["ts"] = np.array(self._ts, dtype=np.float64)
+        data["line"] = np.array(self._line, dtype=np.int64)
+        data["nonfinite"] = np.array(self._nonfinite, dtype=object)
+        keep = None
+        if drop_sources and n:
+            keep = np.fromiter((s not in drop_sources for s in self._source), dtype=bool, count=n)
+        self._reset()
+        frame = pd.DataFrame(data, columns=list(COLUMNS))
+        if keep is not None and not keep.all():
+            frame = frame[keep].reset_index(drop=True)
+        return frame
 
-    def take_none(self) -> pd.DataFrame:
-        """An empty batch; the collected rows stay for a later `take`."""
-        return to_frame([])
-
-
-def empty_frame() -> pd.DataFrame:
-    return to_frame([])
-
-
-def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Build a batch with the canonical columns and dtypes from row dicts."""
-    n = len(rows)
-    data: dict[str, Any] = {}
-    step = np.full(n, -1, dtype=np.int64)
-    for i, row in enumerate(rows):
-        s = row.get("step")
-        if s is not None:
-            step[i] = s
-    data["step"] = step
-    for name in (*METRICS, "ts"):
-        col = np.full(n, np.nan)
-        for i, row in enumerate(rows):
-            v = row.get(name)
-            if v is not None:
-                col[i] = v
-        data[name] = col
-    data["line"] = np.fromiter((row["line"] for row in rows), dtype=np.int64, count=n)
-    data["nonfinite"] = pd.Series([row["nonfinite"] for row in rows], dtype=object)
-    return pd.DataFrame(data, columns=list(COLUMNS))
+    @staticmethod
+    def empty() -> pd.DataFrame:
+        """An empty batch with the canonical columns."""
+        return RecordBuilder().take()

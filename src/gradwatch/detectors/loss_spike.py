@@ -119,6 +119,7 @@ class LossSpike(Detector):
                 )
                 continue
             value, base = float(loss[pos]), float(med[pos])
+            ratio = f"{value / base:.2f}x" if base > 0 else "above"  # a run may log a loss of 0.0
             sev = Severity.CRITICAL if value >= cfg.critical_ratio * base else Severity.WARNING
             calibrating = skipped[pos] > 0 and steps[pos] <= cfg.calibration_steps
             if calibrating:
@@ -134,7 +135,7 @@ class LossSpike(Detector):
                     value,
                     base,
                     base + max(rel_floor * base, 0.0),
-                    f"loss {value:.4g} is {value / base:.2f}x its recent median {base:.4g}"
+                    f"loss {value:.4g} is {ratio} its recent median {base:.4g}"
                     f" (+{value - base:.3g}){per}{note}",
                     _HINT,
                 )

@@ -160,6 +160,7 @@ class ResumeRegression(Detector):
             and first_loss >= pre_loss * (1 + cfg.loss_rise)
             and first_loss - pre_loss >= cfg.loss_delta
         ):
+            ratio = f"{first_loss / pre_loss:.2f}x" if pre_loss > 0 else "above"  # a run may log a loss of 0.0
             return self._alert(
                 Severity.WARNING,
                 p,
@@ -167,7 +168,7 @@ class ResumeRegression(Detector):
                 first_loss,
                 pre_loss,
                 pre_loss * (1 + cfg.loss_rise),
-                f"loss {first_loss:.4g} after resume is {first_loss / pre_loss:.2f}x its level before ({pre_loss:.4g})",
+                f"loss {first_loss:.4g} after resume is {ratio} its level before ({pre_loss:.4g})",
             )
         if first_grad is not None and pre_grad is not None and first_grad >= cfg.grad_ratio * pre_grad:
             return self._alert(

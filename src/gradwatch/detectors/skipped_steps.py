@@ -45,6 +45,7 @@ class SkippedSteps(Detector):
         self._last: tuple[int, int] | None = None  # DeepSpeed (step, cumulative skipped)
         self._last_record_step: int | None = None
         self._recent: deque[tuple[int, float]] = deque()  # (step, skipped in that stretch)
+        self._recent_sum = 0.0
         self._total_steps = 0.0
         self._total_skipped = 0.0
         self._quiet_until = -(10**18)
@@ -81,8 +82,9 @@ class SkippedSteps(Detector):
         self._total_steps += covered
         self._total_skipped += skipped
         self._recent.append((step, skipped))
+        self._recent_sum += skipped
         while self._recent and self._recent[0][0] <= step - cfg.window:
-            self._recent.popleft()
+            self._recent_sum -= self._recent.popleft()[1]
         if (
             not self._all_alerted
             and self._total_steps >= cfg.min_steps
@@ -103,7 +105,7 @@ class SkippedSteps(Detector):
         if step <= cfg.calibration_steps or step <= self._quiet_until:
             return None
         span = min(cfg.window, step)
-        n = sum(k for _, k in self._recent)
+        n = self._recent_sum
         if n / span > cfg.max_rate:
             self._quiet_until = step + cfg.quiet_steps
             return self.alert(

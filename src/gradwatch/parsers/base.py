@@ -15,6 +15,14 @@ from typing import Any, ClassVar
 from gradwatch.events import Event, EventKind
 from gradwatch.records import RecordBuilder
 
+#: Steps are int64 in record batches; a larger number in a log is garbage, not a step.
+MAX_STEP = 2**63 - 1
+
+
+def _valid_step(step: int | None) -> int | None:
+    """`step`, or None when it cannot be a training step (negative or beyond int64)."""
+    return step if step is not None and 0 <= step <= MAX_STEP else None
+
 
 @dataclass
 class ParseOutput:
@@ -41,6 +49,7 @@ class ParseOutput:
         metrics: dict[str, float],
         nonfinite: list[str] | tuple[str, ...] = (),
     ) -> None:
+        step = _valid_step(step)
         self.records.add(step, line, ts, metrics, nonfinite, parser)
         self.counts[parser] = self.counts.get(parser, 0) + 1
         if step is not None:
@@ -55,7 +64,7 @@ class ParseOutput:
         ts: float | None = None,
         **data: Any,
     ) -> None:
-        self.events.append(Event(kind, line, step, ts if ts is not None else self.last_ts, data))
+        self.events.append(Event(kind, line, _valid_step(step), ts if ts is not None else self.last_ts, data))
 
 
 class Parser(ABC):
@@ -65,6 +74,11 @@ class Parser(ABC):
     name: ClassVar[str]
     #: one line for `gradwatch formats`
     description: ClassVar[str]
+    #: A regex that finds something in every line this parser may consume (while it is not
+    #: collecting a multi-line record). The stream searches whole blocks with the union of
+    #: these and hands only matching lines to the parsers: most lines of a log are noise.
+    #: None means the parser must see every line (slower).
+    scan: ClassVar[str | None] = None
     #: True for parsers whose lines also appear inside other trainers' logs (DeepSpeed engine
     #: lines in a Megatron log): they never name the file's format unless nothing else matched
     auxiliary: ClassVar[bool] = False

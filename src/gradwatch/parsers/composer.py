@@ -53,9 +53,7 @@ class _Open:
 
     __slots__ = ("step", "exact", "line", "ts", "metrics", "fallback", "time_batch", "is_eval")
 
-    def __init__(
-        self, step: int | None, line: int, ts: float | None, is_eval: bool, exact: bool = False
-    ) -> None:
+    def __init__(self, step: int | None, line: int, ts: float | None, is_eval: bool, exact: bool = False) -> None:
         self.step = step
         self.exact = exact  # `[batch=N/M]`: N is the global batch
         self.line = line
@@ -68,6 +66,7 @@ class _Open:
 
 class ComposerParser(Parser):
     name = "composer"
+    scan = r"=\d{1,18}(?:/\d{1,12})?\]:|Eval on|Loading checkpoint from"
     description = "Composer / llm-foundry `[batch=N/M]:` marker + `Train key: value` lines"
 
     def __init__(self) -> None:

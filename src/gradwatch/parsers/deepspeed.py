@@ -24,6 +24,7 @@ _SAVING = re.compile(r"Saving model checkpoint: .*?global_step(\d+)")
 
 class DeepSpeedParser(Parser):
     name = "deepspeed"
+    scan = r"verflow|loss scale|step=\d|steps: \d|Saving model checkpoint"
     description = "DeepSpeed engine: OVERFLOW / loss-scale lines, `step=N, skipped=K`, pipeline `steps: N loss: X`"
     auxiliary = True
 
@@ -37,7 +38,10 @@ class DeepSpeedParser(Parser):
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if "verflow" in text or "loss scale" in text:
-            return self._scale(text, line, ts, out)
+            try:
+                return self._scale(text, line, ts, out)
+            except ValueError:  # a garbled or cut scale such as `reducing to -`
+                return False
         if "step=" in text and "skipped=" in text:
             m = _PROGRESS.search(text)
             if m:

@@ -33,11 +33,16 @@ _EXITS = (
 
 class ErrorParser(Parser):
     name = "errors"
+    scan = "|".join(re.escape(m) for m in ("Traceback (most recent call last)", *_MARKERS, *_EXITS))
     description = "Python tracebacks, trainer/CUDA/NCCL errors and exit messages in any log (events only)"
     auxiliary = True
 
     def __init__(self) -> None:
         self._in_traceback = False
+
+    @property
+    def collecting(self) -> bool:
+        return self._in_traceback
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if text.startswith("Traceback (most recent call last)"):

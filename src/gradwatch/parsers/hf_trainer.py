@@ -34,9 +34,7 @@ from gradwatch.parsers.base import ParseOutput, Parser
 
 _Q = "'\u2018\u2019\""
 # 'key': value; value = quoted string | bare token, maybe wrapped: tensor(...), np.float64(...)
-_PAIR = re.compile(
-    rf"[{_Q}]([^{_Q}]+)[{_Q}]\s*:\s*(?:[\w.]*\()?\s*([{_Q}][^{_Q}]*[{_Q}]|[^,}})\s]+)"
-)
+_PAIR = re.compile(rf"[{_Q}]([^{_Q}]+)[{_Q}]\s*:\s*(?:[\w.]*\()?\s*([{_Q}][^{_Q}]*[{_Q}]|[^,}})\s]+)")
 _BAR = re.compile(r"\|\s*(\d{1,18})/(\d+)\s*\[")
 _LOSSES = frozenset(("loss", "val_loss", "grad_norm"))
 _CONTINUING = re.compile(r"Continuing training from global step (\d{1,18})\b")
@@ -51,21 +49,22 @@ _KEYS: dict[str, str] = {
 
 class HfTrainerParser(Parser):
     name = "hf_trainer"
-    description = (
-        "Hugging Face Trainer `{'loss': ..., 'grad_norm': ..., 'learning_rate': ...}` dicts"
-    )
+    scan = r"\{|Continuing training from"
+    description = "Hugging Face Trainer `{'loss': ..., 'grad_norm': ..., 'learning_rate': ...}` dicts"
 
     def __init__(self) -> None:
         self._step: int | None = None  # step of the latest training dict
         self._bar: tuple[int, int] | None = None  # (physical line, count) of the latest tqdm bar
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
-        start = text.find("{'")
-        if start < 0:
-            start = text.find("{\u2018")
+        start = -1
+        if "{" in text:
+            start = text.find("{'")
+            if start < 0:
+                start = text.find("{\u2018")
         if start < 0:
             if "%|" in text:
-                self._see_bar(text, line)
+                self._see_bar(text, line)  # a `\r` piece before a dict on the same physical line
                 return False  # a bar is nobody's record; others may still read the line
             if "Continuing training from" in text:
                 return self._resume(text, line, ts, out)
@@ -81,10 +80,8 @@ class HfTrainerParser(Parser):
 
     def _dict(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         end = text.find("}")
-        if end >= 0:
-            pairs = _PAIR.findall(text[: end + 1])
-        else:  # a cut line: its last value may be cut too (`4.99e-0` for `4.99e-05`)
-            pairs = _PAIR.findall(text)[:-1]
+        # in a cut line (no `}`) the last value may be cut too: `4.99e-0` for `4.99e-05`
+        pairs = _PAIR.findall(text[: end + 1]) if end >= 0 else _PAIR.findall(text)[:-1]
         if not pairs:
             return False
         keys = {k for k, _ in pairs}
@@ -126,7 +123,4 @@ class HfTrainerParser(Parser):
             out.event(EventKind.CHECKPOINT_LOAD, line, step, ts, iteration=step)
             return True
         # `Continuing training from checkpoint, will skip to saved global_step` / `from epoch N`
-        return (
-            "Continuing training from checkpoint" in text
-            or "Continuing training from epoch" in text
-        )
+        return "Continuing training from checkpoint" in text or "Continuing training from epoch" in text

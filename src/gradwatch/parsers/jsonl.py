@@ -84,6 +84,7 @@ def _value(value: Any) -> float | None:
 
 class JsonlParser(Parser):
     name = "jsonl"
+    scan = r"\{"
     description = 'JSON lines `{"step": N, "loss": X, ...}` with a configurable key alias table'
 
     #: JSON key -> `step` or a canonical metric name; a subclass may replace the defaults here

@@ -50,6 +50,8 @@ _SAVED = re.compile(r"saving checkpoint at iteration\s+(\d+)")
 _VOCAB = re.compile(r"padded vocab \(size: (\d+)\).*?new size: (\d+)")
 _LOSS_VALUE = re.compile(r"lm loss value[:=]\s*(\S+)")
 _MAX_WRAPPED_LINES = 3
+_UNSEEN = object()
+_INF, _NEG_INF = float("inf"), float("-inf")
 
 
 def _is_complete(text: str) -> bool:
@@ -59,12 +61,15 @@ def _is_complete(text: str) -> bool:
 
 class MegatronParser(Parser):
     name = "megatron"
+    scan = r"iteration|checkpoint|padded vocab"
     description = "Megatron-LM and Megatron-DeepSpeed `iteration N/M | ...` lines (all forks and eras)"
 
     def __init__(self) -> None:
         self._pending: tuple[str, int, float | None] | None = None
         self._pending_parts = 0
         self._seen_loss = False
+        self._key_cache: dict[str, object] = {}  # raw field name -> _FIELDS entry (or None)
+        self._template: _Template | None = None
         self.total_steps: int | None = None
 
     @property
@@ -112,22 +117,26 @@ class MegatronParser(Parser):
         assert m is not None
         step = int(m.group(1))
         self.total_steps = int(m.group(2))
-        metrics: dict[str, float] = {}
-        nonfinite: list[str] = []
-        for field in text[m.end() :].split("|"):
-            key, value = self._split_field(field)
-            if key is None:
-                continue
-            spec = _FIELDS.get(norm_key(key))
-            if spec is None:
-                continue
-            try:
-                v = number(value) * spec[1]
-            except ValueError:
-                continue
-            if v != v or v in (float("inf"), float("-inf")):
-                nonfinite.append(spec[0])
-            metrics[spec[0]] = v
+        body = text[m.end() :]
+        template = self._template
+        found = template.match(body) if template is not None else None
+        if found is None:
+            metrics, nonfinite = self._fields(body)
+            self._template = _compile_template(body)
+        else:
+            metrics, nonfinite = {}, []
+            for (name, scale), value in zip(template.specs, found.groups()):  # type: ignore[union-attr]
+                try:
+                    v = float(value)
+                except ValueError:
+                    try:
+                        v = number(value)
+                    except ValueError:
+                        continue
+                v *= scale
+                if v != v or v in (_INF, _NEG_INF):
+                    nonfinite.append(name)
+                metrics[name] = v
         if metrics.get("loss_scale") == -1.0:  # 2021 pipeline runs print -1.0 as "not computed"
             del metrics["loss_scale"]
         if "loss" in metrics:
@@ -139,6 +148,43 @@ class MegatronParser(Parser):
         ):
             nonfinite.append("loss")  # Megatron omits the loss field when the loss is NaN
         out.record(self.name, step, line, ts, metrics, nonfinite)
+
+    def _fields(self, body: str) -> tuple[dict[str, float], list[str]]:
+        """Every known `key: value` field of a record body, whatever its order and form."""
+        metrics: dict[str, float] = {}
+        nonfinite: list[str] = []
+        cache = self._key_cache
+        for field in body.split("|"):
+            i = field.rfind(":")
+            if i < 0:
+                i = field.rfind("=")
+            if i < 0:
+                key, value = self._split_field(field)  # 2020 form: `lm loss NAN`
+                if key is None:
+                    continue
+            else:
+                key, value = field[:i], field[i + 1 :]
+            spec = cache.get(key, _UNSEEN)
+            if spec is _UNSEEN:
+                spec = _FIELDS.get(norm_key(key.strip()))
+                if len(cache) > 4096:
+                    cache.clear()
+                cache[key] = spec
+            if spec is None:
+                continue
+            try:
+                v = float(value)
+            except ValueError:
+                try:
+                    v = number(value)
+                except ValueError:
+                    continue
+            name, scale = spec  # type: ignore[misc]
+            v *= scale
+            if v != v or v in (_INF, _NEG_INF):
+                nonfinite.append(name)
+            metrics[name] = v
+        return metrics, nonfinite
 
     @staticmethod
     def _split_field(field: str) -> tuple[str | None, str]:
@@ -187,3 +233,45 @@ class MegatronParser(Parser):
                 out.event(EventKind.VOCAB, line, None, ts, size=int(m.group(1)), padded=int(m.group(2)))
                 return True
         return False
+
+
+class _Template:
+    """A compiled regex for one exact sequence of record fields, and what each group holds.
+
+    A run prints the same fields in the same order on every record, so after the first record a
+    single regex match reads all values; a record of another shape (a NaN step without its loss
+    field, a cut line) misses the template and takes the general path.
+    """
+
+    __slots__ = ("match", "specs")
+
+    def __init__(self, pattern: re.Pattern[str], specs: list[tuple[str, float]]) -> None:
+        self.match = pattern.match
+        self.specs = specs
+
+
+def _compile_template(body: str) -> _Template | None:
+    pieces: list[str] = []
+    specs: list[tuple[str, float]] = []
+    for part in body.split("|"):
+        i, sep = part.rfind(":"), ":"
+        if i < 0:
+            i, sep = part.rfind("="), "="
+        if i < 0:
+            if part.strip():
+                return None  # the 2020 form without colons: no template
+            pieces.append(r"\s*")
+            continue
+        key = part[:i].strip()
+        if not key:
+            return None
+        head = r"\s*" + r"\s*".join(map(re.escape, key.split())) + r"\s*" + re.escape(sep)
+        spec = _FIELDS.get(norm_key(key))
+        if spec is None:
+            pieces.append(head + r"[^|]*")
+        else:
+            pieces.append(head + r"([^|]*)")
+            specs.append(spec)
+    if not specs:
+        return None
+    return _Template(re.compile(r"\|".join(pieces) + r"$"), specs)

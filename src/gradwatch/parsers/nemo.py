@@ -42,7 +42,7 @@ _RESUMING = re.compile(
     r"|Restored all states from the checkpoint(?: file)? at) (\S+)"
 )
 _MAX_STEP = 10**18  # a larger `global_step=` is garbage (and would not fit int64)
-_PATH_STEP = re.compile(r"step=(\d{1,18})\b")
+_PATH_STEP = re.compile(r"\bstep=(\d{1,18})\b")
 
 # norm_key(field) -> canonical; `step` is the step
 _KEYS: dict[str, str] = {
@@ -61,6 +61,7 @@ _LOSS_FALLBACK = ("trainloss", "loss")
 
 class NemoParser(Parser):
     name = "nemo"
+    scan = r"Training epoch|global_step=|heckpoint|saving model to"
     description = "NeMo 2.0 `Training epoch E, iteration i/N | ... | global_step: G` and 1.x bars"
 
     def __init__(self) -> None:
@@ -136,9 +137,8 @@ class NemoParser(Parser):
             if drawn == self._last_bar and (val is None or val == self._val_loss):
                 return  # the same bar redrawn
             self._last_bar = drawn
-        new_val = val is not None and (val != self._val_loss or self._val_loss is None)
-        if new_val:
-            assert val is not None
+        new_val = val is not None and val != self._val_loss
+        if val is not None and new_val:
             values["val_loss"] = val
             self._val_loss = val
         if not values:

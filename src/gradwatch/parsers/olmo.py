@@ -31,9 +31,7 @@ from gradwatch.parsers._text import is_nonfinite, number
 from gradwatch.parsers.base import ParseOutput, Parser
 
 # `[step=N/M]` (early OLMo), `,epoch=E`, OLMo-core `,eta=...`; rich's handler may add `file.py:123`
-_MARKER = re.compile(
-    r"\[step=(\d{1,18})/(?:\d+|\?+|None)(?:,epoch=\d+)?(?:,eta=[^\]]*)?\]\s*(?:[\w.-]+:\d+\s*)?$"
-)
+_MARKER = re.compile(r"\[step=(\d{1,18})/(?:\d+|\?+|None)(?:,epoch=\d+)?(?:,eta=[^\]]*)?\]\s*(?:[\w.-]+:\d+\s*)?$")
 # an unindented continuation (indentation eaten by a launcher prefix): `group/name=value`
 _BARE_METRIC = re.compile(r"^[A-Za-z][\w ().-]*/[^=]*=\S+\s*$")
 _RESUME = re.compile(r"Will resume training from step (\d{1,18})\b")
@@ -62,6 +60,7 @@ def _key(name: str) -> str:
 
 class OlmoParser(Parser):
     name = "olmo"
+    scan = r"\[step=|heckpoint|resume training"
     description = "OLMo / OLMo-core `[step=N/M,epoch=E]` marker + indented `key=value` metric lines"
 
     def __init__(self) -> None:

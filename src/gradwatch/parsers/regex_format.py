@@ -77,7 +77,7 @@ def required_literal(pattern: str) -> str | None:
         if len(run) > len(best):
             best = "".join(run)
         return best or None
-    except Exception:  # noqa: BLE001 - private API; fall back to no pre-filter
+    except Exception:  # a private API: any surprise means no pre-filter, never an error
         return None
 
 
@@ -109,6 +109,7 @@ class RegexParser(Parser):
             )
         self._has_step = "step" in groups
         self._literal = required_literal(pattern)
+        self.scan = re.escape(self._literal) if self._literal else None  # type: ignore[misc]
         self._step: int | None = None
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:

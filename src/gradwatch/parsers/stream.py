@@ -8,6 +8,7 @@ offered to the parsers: first to one that has a multi-line record open, then to 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -15,6 +16,7 @@ import pandas as pd
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers._text import clean, timestamp
 from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.records import RecordBuilder
 
 #: Longer lines are cut here (the rest is dropped and reported once): a 50 MB line of garbage
 #: must not hold the whole file in memory.
@@ -52,6 +54,10 @@ class LogStream:
         self._overlong = False
         self._closed = False
         self._aux = frozenset(p.name for p in parsers if p.auxiliary)
+        scans = [p.scan for p in parsers]
+        self._scan = None if None in scans else re.compile("|".join(f"(?:{s})" for s in scans))
+        self._collectors = [p for p in parsers if type(p).collecting is not Parser.collecting]
+        self._pending_from: int | None = None
 
     @property
     def format(self) -> str | None:
@@ -97,7 +103,7 @@ class LogStream:
         main_seen = self._main_seen
         out = self.out
         if not (main_seen or self._closed or self.lines >= UNDECIDED_HOLD_LINES):
-            return Batch(out.records.take_none(), path=self.path)
+            return Batch(RecordBuilder.empty(), path=self.path)
         events, out.events = out.events, []
         records = out.records.take(self._aux if main_seen else frozenset())
         return Batch(records, events, out.last_ts, out.last_step_ts, out.last_step, self.path)
@@ -118,29 +124,88 @@ class LogStream:
 
     def _parse_block(self, block: bytes) -> None:
         text = block.decode("utf-8", errors="replace")
+        first = self.lines + 1
+        self.lines += text.count("\n")
+        if self._scan is None:
+            self._every_line(text, first)
+        else:
+            self._candidate_lines(text, first)
+        self._track_time(text)
+
+    def _every_line(self, text: str, first: int) -> None:
+        """Slow path, for parsers that must see every line (a user regex without a literal)."""
         lines = text.split("\n")
         lines.pop()  # the block ends with a newline: the last piece is empty
-        first = self.lines + 1
-        self.lines += len(lines)
         parse = self._parse_line
         for offset, raw in enumerate(lines):
-            if not raw:
-                continue
-            if "\r" in raw:
-                for piece in raw.split("\r"):
-                    if piece.strip():
-                        parse(piece, first + offset)
-            else:
+            if raw:
                 parse(raw, first + offset)
 
+    def _candidate_lines(self, text: str, lineno: int) -> None:
+        """Fast path: search the whole block for lines any parser could want, parse only those.
+
+        While a parser collects a multi-line record (OLMo, Composer, a traceback) every line is
+        offered, because continuation lines carry no keyword of their own.
+        """
+        search = self._scan.search  # type: ignore[union-attr]
+        collectors = self._collectors
+        parse = self._parse_line
+        pos, end_of_text = 0, len(text)
+        while pos < end_of_text:
+            if collectors and self._collecting():
+                end = text.find("\n", pos)
+                if end > pos:
+                    parse(text[pos:end], lineno)
+                pos, lineno = end + 1, lineno + 1
+                continue
+            m = search(text, pos)
+            if m is None:
+                return
+            nl = text.rfind("\n", pos, m.start())
+            start = pos if nl < 0 else nl + 1
+            lineno += text.count("\n", pos, start)
+            end = text.find("\n", m.start())
+            parse(text[start:end], lineno)
+            if self.out.step_ts_pending:
+                self._pending_from = end + 1
+            pos, lineno = end + 1, lineno + 1
+
+    def _collecting(self) -> bool:
+        for p in self._collectors:
+            if p.collecting:
+                return True
+        return False
+
+    def _track_time(self, text: str) -> None:
+        """Clock facts that the skipped noise lines carry: the latest time, and a record's time.
+
+        A record without its own timestamp takes the time of the first timestamped line after it;
+        the log's "now" is its last timestamped line, whatever kind of line that is.
+        """
+        out = self.out
+        if out.step_ts_pending and self._pending_from is not None:
+            ts = _first_time(text, self._pending_from)
+            if ts is not None:
+                out.last_step_ts, out.step_ts_pending = ts, False
+        self._pending_from = 0 if out.step_ts_pending else None
+        last = _last_time(text)
+        if last is not None:
+            out.last_ts = last
+
     def _parse_line(self, raw: str, lineno: int) -> None:
+        if "\r" in raw:  # tqdm redraws: each piece is a line of its own, same line number
+            for piece in raw.split("\r"):
+                if piece.strip():
+                    self._parse_piece(piece, lineno)
+        else:
+            self._parse_piece(raw, lineno)
+
+    def _parse_piece(self, raw: str, lineno: int) -> None:
         text = clean(raw)
         out = self.out
         ts = timestamp(text)
-        if ts is not None:
-            out.last_ts = ts
-            if out.step_ts_pending:
-                out.last_step_ts, out.step_ts_pending = ts, False
+        if ts is not None and out.step_ts_pending:
+            out.last_step_ts, out.step_ts_pending = ts, False
         for p in self.parsers:
             if p.collecting:
                 if p.parse(text, lineno, ts, out):
@@ -149,3 +214,36 @@ class LogStream:
         for p in self.parsers:
             if p.parse(text, lineno, ts, out):
                 return
+
+
+# A line that starts with a date and time, after an optional launcher prefix.
+_TS_LINE = re.compile(
+    r"^(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+)?\[?\d{4}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M
+)
+_TAIL_WINDOW = 1 << 16
+
+
+def _first_time(text: str, pos: int) -> float | None:
+    m = _TS_LINE.search(text, pos)
+    if m is None:
+        return None
+    end = text.find("\n", m.start())
+    return timestamp(clean(text[m.start() : end]))
+
+
+def _last_time(text: str) -> float | None:
+    """The time of the last timestamped line of `text` (searched from the end, window by window)."""
+    end = len(text)
+    while end > 0:
+        start = max(0, end - _TAIL_WINDOW)
+        nl = text.rfind("\n", 0, start) + 1 if start else 0
+        last = None
+        for m in _TS_LINE.finditer(text, nl, end):
+            last = m
+        if last is not None:
+            line_end = text.find("\n", last.start())
+            ts = timestamp(clean(text[last.start() : line_end if line_end >= 0 else None]))
+            if ts is not None:
+                return ts
+        end = nl - 1 if nl else 0
+    return None

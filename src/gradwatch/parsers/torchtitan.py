@@ -38,6 +38,7 @@ _STARTS = re.compile(r"Training starts at step (\d{1,18})\b")
 
 class TorchtitanParser(Parser):
     name = "torchtitan"
+    scan = r"step:|checkpoint|Training starts"
     description = "torchtitan `step: N  loss: X  grad_norm: ...  tps: ...  mfu: ...%` lines"
 
     def __init__(self) -> None:
@@ -120,9 +121,7 @@ class TorchtitanParser(Parser):
             return True
         return "Finished loading the checkpoint" in text
 
-    def _load(
-        self, step: int, path: str | None, line: int, ts: float | None, out: ParseOutput
-    ) -> None:
+    def _load(self, step: int, path: str | None, line: int, ts: float | None, out: ParseOutput) -> None:
         """One load event per resume, though every rank prints the lines."""
         if step == self._last_load:
             return

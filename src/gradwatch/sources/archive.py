@@ -61,15 +61,25 @@ def read_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[bytes]:
 
 
 def _chunks(stream: object, size: int, path: Path) -> Iterator[bytes]:
-    read = stream.read  # type: ignore[attr-defined]
+    """Chunks of about `size` bytes. Gzip is decompressed piece by piece (`read1`): a single
+    `read(size)` would drop everything it had decompressed when it meets a damaged or cut end."""
+    read = stream.read1 if isinstance(stream, gzip.GzipFile) else stream.read  # type: ignore[attr-defined]
+    buf = bytearray()
     while True:
         try:
-            data = read(size)
+            data = read(size - len(buf))
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+            if buf:
+                yield bytes(buf)
             raise InputError(f"{path}: damaged gzip data ({e}); the part before it was checked") from None
         if not data:
+            if buf:
+                yield bytes(buf)
             return
-        yield data
+        buf += data
+        if len(buf) >= size:
+            yield bytes(buf)
+            buf.clear()
 
 
 def file_size(path: Path) -> int:
