@@ -56,6 +56,7 @@ class RecordBuilder:
         self._reset()
 
     def _reset(self) -> None:
+        self._chunks: list[pd.DataFrame] = []
         self._n = 0
         self._cols: dict[str, list[float]] = {}
         self._step: list[int] = []
@@ -82,14 +83,48 @@ class RecordBuilder:
         self._source.append(source)
         self._n = n + 1
 
+    def add_columns(self, steps: np.ndarray, lines: np.ndarray, ts: np.ndarray, metrics: dict[str, np.ndarray],
+                    nonfinite: np.ndarray, source: str) -> None:
+        """Many records at once, as columns (the parsers' bulk path)."""
+        n = len(steps)
+        data: dict[str, Any] = {"step": steps}
+        for name in METRICS:
+            col = metrics.get(name)
+            data[name] = np.full(n, np.nan) if col is None else col
+        data["ts"], data["line"], data["nonfinite"] = ts, lines, nonfinite
+        frame = pd.DataFrame(data, columns=list(COLUMNS))
+        frame["source"] = source
+        if self._n:
+            self._chunks.append(self._rows_frame())
+        self._chunks.append(frame)
+
     def __len__(self) -> int:
-        return self._n
+        return self._n + sum(len(c) for c in self._chunks)
 
     def take(self, drop_sources: frozenset[str] = frozenset()) -> pd.DataFrame:
-        """Return the collected rows as a batch and start a new one.
+        """Return the collected rows as a batch, in line order, and start a new one.
 
         Rows written by a parser in `drop_sources` are left out (see `LogStream.take`).
         """
+        if self._chunks:
+            parts = [*self._chunks, self._rows_frame()] if self._n else self._chunks
+            frame = pd.concat(parts, ignore_index=True)
+            self._reset()
+            if not frame["line"].is_monotonic_increasing:
+                frame = frame.sort_values("line", kind="stable", ignore_index=True)
+        else:
+            frame = self._rows_frame()
+            self._reset()
+        if drop_sources and len(frame):
+            keep = ~frame["source"].isin(drop_sources)
+            if not keep.all():
+                frame = frame[keep].reset_index(drop=True)
+        frame = frame.drop(columns="source")
+        frame["nonfinite"] = frame["nonfinite"].astype(object)  # not pandas' str dtype: one dtype always
+        return frame
+
+    def _rows_frame(self) -> pd.DataFrame:
+        """The row-by-row records as a frame (with their source column); empties the row buffer."""
         n = self._n
         data: dict[str, Any] = {"step": np.array(self._step, dtype=np.int64)}
         for name in METRICS:
@@ -103,13 +138,11 @@ class RecordBuilder:
         data["ts"] = np.array(self._ts, dtype=np.float64)
         data["line"] = np.array(self._line, dtype=np.int64)
         data["nonfinite"] = np.array(self._nonfinite, dtype=object)
-        keep = None
-        if drop_sources and n:
-            keep = np.fromiter((s not in drop_sources for s in self._source), dtype=bool, count=n)
-        self._reset()
         frame = pd.DataFrame(data, columns=list(COLUMNS))
-        if keep is not None and not keep.all():
-            frame = frame[keep].reset_index(drop=True)
+        frame["source"] = np.array(self._source, dtype=object)
+        chunks = self._chunks
+        self._reset()
+        self._chunks = chunks
         return frame
 
     @staticmethod

@@ -5,14 +5,15 @@ needs labelled scenarios, the benchmarks need gigabyte logs and a detection corp
 need readable logs. This module simulates an optimizer-step-level training run (numpy only, vectorised
 in blocks of ~10k steps) and renders it in one of ``FORMATS`` with the exact line shapes of
 ``/work/shared/formats.md``, including the lines that are *normal* but look alarming (fp16
-calibration, loss-scale sawtooth, lr warm-up, checkpoint saves, validation blocks) so that detectors
-are exercised on healthy negatives too.
+calibration, loss-scale sawtooth, lr warm-up, checkpoint saves, validation blocks, restarts of a
+resumed run) so that detectors are exercised on healthy negatives too.
 
 Healthy model (per optimizer step ``t``; "progress" ``p`` = successful, non-skipped steps so far):
 
 * loss ``L(p) = L_end + (L0 - L_end) * (1 + p/tau)**-alpha`` with ``L0 = ln(vocab) + 0.1``,
   ``L_end`` ~ 1.6-1.9, ``tau`` ~ 80-120, ``alpha`` ~ 0.45-0.55 (about 3.7 at 2k steps, 2.6 at 10k,
-  2.0-2.3 at 100k), times log-normal noise of 1.1 % (+3 % early) and a slow 0.4 % wander;
+  1.9-2.3 at 100k), times log-normal noise of 1.1 % (up to 2.3 % while it falls fast) and a slow
+  0.4 % wander. The same curve for every format (it only depends on ``vocab`` and the seed);
 * lr: linear warm-up then cosine decay to lr/10 over the run (skipped steps do not advance the
   schedulers of the fp16 formats, so lr reads ``0.000E+00`` during calibration);
 * grad norm: ``level * (1 + 6 exp(-p/150))`` times log-normal noise (sigma 0.15 plus a slow wander).
@@ -20,7 +21,8 @@ Healthy model (per optimizer step ``t``; "progress" ``p`` = successful, non-skip
   megatron-deepspeed bf16 0.3 (tr11), megatron-lm 1.0, olmo / olmo-core 0.4, composer 0.5,
   torchtitan 0.8, hf-trainer 1.5, jsonl 1.0; ``RunSpec.grad_norm_level`` overrides;
 * z-loss ``1e-4 * logZ**2`` (logZ ~ 3, flat) and logit norm ~ 35 (flat), step time
-  ``step_time_s`` with 1.2 % noise (first step of a (re)start 3x slower: start-up);
+  ``step_time_s`` with 1.2 % noise (first step of a (re)start 3x slower: start-up); checkpoint saves
+  and evaluations every 1000 steps add wall-clock time (timestamps) but not step time;
 * fp16 loss scale: DeepSpeed / Megatron dynamic scaler semantics (hysteresis 2, window 1000, halve
   on overflow, double after a clean window). Calibration from 2**16 (DeepSpeed) or 2**32
   (Megatron-LM) on a fresh run; afterwards a hazard that grows 4x per doubling above an equilibrium
@@ -30,7 +32,32 @@ Logged values follow the trainers' code: Megatron prints the *interval mean* of 
 non-skipped iterations (Megatron-DeepSpeed over all of them: DeepSpeed skips are invisible to it),
 the mean elapsed time, the *sum* of skipped/nan iterations, but lr, loss scale and grad norm of the
 logging iteration only; HF prints the interval-mean loss (with its NaN filter) and the last grad
-norm; torchtitan, OLMo, OLMo-core, Composer and jsonl print the values of the logged step.
+norm; torchtitan, OLMo, OLMo-core, Composer and jsonl print the values of the logged step. Quirks
+kept on purpose: current Megatron-LM prints ``lm loss: 0.000000E+00`` for an interval whose
+iterations were all skipped (its ``avg >= 0.0`` test; older form and calibration omit the field),
+HF prints ``'loss': 0.0`` with ``'grad_norm': nan`` for a NaN step, DeepSpeed skips show as a stale
+grad norm while Megatron-DeepSpeed keeps ``number of skipped iterations:   0``.
+
+Anomalies (``magnitude`` m scales them; see ``Anomaly`` for durations):
+
+* grad_norm_spike: grad norm x m*10**U(1,3) at the label, decaying over ``duration`` steps; 60 %
+  of the time the loss jumps x(1 + m*U(.2,.8)) 0-2 steps later;
+* loss_spike: loss x(1 + m*U(.5,1)) for ``duration`` steps (x0.8 per step), grad norm x1.5-2.5;
+* loss_divergence: progress stops and the loss climbs convexly to 2m*U(1,1.25) x its level over
+  ``duration`` and stays there (capped near ln(vocab)+1), grad norm x5m;
+* loss_scale_collapse: consecutive overflows from the label (``[deepspeed]``/``[deepscale]`` OVERFLOW
+  lines in DeepSpeed formats, skipped iterations in Megatron-LM) down to 8 (m<2), 4, 2 or, for m>=8,
+  to 1 and DeepSpeed's ``Current loss scale already at minimum ... Exiting run.`` (the log ends);
+  loss x(1 + 0.3 min(m,3)) meanwhile;
+* nonfinite: NaN loss for ``duration`` steps (Megatron omits ``lm loss``; fp16 also overflows);
+* logit_norm_drift: ZLoss / logit norm up to x min(10, 3m) over ``duration``, CE loss unaffected;
+* resume_regression: the run dies 0-2 log intervals after the step it will reload (jsonl: 1-2, so
+  the step counter visibly goes back), prints the format's load lines and replays from the label
+  with the loss ``frac = min(1, .15 + .35m)`` of the way back to ln(vocab)+0.6 and the grad norm
+  x10m, both decaying with time constant ``duration``;
+* loss_collapse: loss 10**U(-6,-3)/m, grad norm ~2e-4 x level; skipped_steps: silent skips with
+  probability min(1, .9 + .1(m-1)) per step (lr and loss frozen); stall: a hang of
+  ``duration * 100 * step_time_s * m`` before the label; throughput_drop: step time / 0.6**m.
 
 Labels: ``labels(spec)`` / ``write_log`` return the anomalies *as rendered*: ``step`` is the first
 logged step at which the anomaly is visible (the requested step moved up to the next record, or to
@@ -267,6 +294,7 @@ def _olmo_col(values: np.ndarray, core: bool = False) -> list[str]:
     v = np.asarray(values, dtype=np.float64)
     cat = np.select([v < 0.0001, v > 1000, v > 100, v > 10, v > 1], [0, 1, 2, 3, 4], 5)
     first = int(cat[0]) if len(cat) else 5
+    groups: list[tuple[int, np.ndarray | None]]
     if len(cat) and (cat == first).all():
         groups = [(first, None)]
     else:
@@ -292,8 +320,8 @@ def _timestamps(clock: np.ndarray) -> list[str]:
     if len(clock) == 0:
         return []
     ms = np.floor(np.asarray(clock, dtype=np.float64) * 1000.0).astype(np.int64)
-    ms = ms.astype("datetime64[ms]")
-    return np.datetime_as_string(ms, unit="ms").tolist()
+    stamps: np.ndarray = ms.astype("datetime64[ms]")
+    return np.datetime_as_string(stamps, unit="ms").tolist()
 
 
 def _ts_bulk(clock: np.ndarray, style: str) -> list[str]:
@@ -305,7 +333,8 @@ def _ts_bulk(clock: np.ndarray, style: str) -> list[str]:
     if len(clock) == 0:
         return []
     if style == "sec":
-        sec = np.floor(np.asarray(clock, dtype=np.float64)).astype(np.int64).astype("datetime64[s]")
+        sec: np.ndarray = np.floor(np.asarray(clock, dtype=np.float64)).astype(np.int64)
+        sec = sec.astype("datetime64[s]")
         joined = "\n".join(np.datetime_as_string(sec, unit="s").tolist())
         return joined.replace("T", " ").split("\n")
     joined = "\n".join(_timestamps(clock)).replace("T", " ")
@@ -387,36 +416,33 @@ class _State:
 
 
 class _Block:
-    """Per-step and per-record arrays of one simulated step range (lists for fast formatting)."""
+    """Per-step and per-record arrays of one simulated step range (``r_*``: one per record)."""
 
-    __slots__ = (
-        "u",
-        "v",
-        "steps",
-        "loss",
-        "clock",
-        "lr",
-        "scale",
-        "grad",
-        "ov_events",
-        "ds_skipped",
-        "rec_steps",
-        "rec_idx",
-        "r_loss",
-        "r_grad",
-        "r_lr",
-        "r_scale",
-        "r_T",
-        "r_skipped",
-        "r_nan",
-        "r_clock",
-        "r_z",
-        "r_logit",
-        "r_skipflag",
-        "r_samples_s",
-        "exit_step",
-        "T",
-    )
+    u: int  # first step
+    v: int  # last step (inclusive)
+    steps: np.ndarray
+    loss: np.ndarray
+    clock: np.ndarray  # wall clock at the end of each step (epoch seconds)
+    lr: np.ndarray
+    scale: np.ndarray
+    grad: np.ndarray  # as printed (stale on DeepSpeed-skipped steps, _ABSENT if not printed)
+    T: np.ndarray  # step time (s)
+    ov_events: list[tuple[int, float, float, int, bool]]  # step, attempted, new, hysteresis, float
+    ds_skipped: np.ndarray  # DeepSpeed cumulative skipped counter
+    exit_step: int
+    rec_idx: np.ndarray
+    rec_steps: list[int]
+    r_loss: np.ndarray
+    r_grad: np.ndarray
+    r_lr: np.ndarray
+    r_scale: np.ndarray
+    r_T: np.ndarray  # interval-mean step time
+    r_skipped: np.ndarray  # interval sums
+    r_nan: np.ndarray
+    r_clock: np.ndarray
+    r_z: np.ndarray
+    r_logit: np.ndarray
+    r_skipflag: np.ndarray
 
 
 # ----------------------------------------------------------------------------------------------
@@ -540,8 +566,8 @@ class _Run:
             pr["grad_ratio"] = 5.0 * m
             q.end = self.last
         elif a.kind == "loss_scale_collapse":
-            pr["final"] = 2.0 ** max(0, 3 - int(round(math.log2(max(m, 1.0)))))
-            pr["exit"] = float(m >= 8.0 and self.ds_raise)
+            # cascade floor: 8 (m < 2), 4 (m < 4), 2 (m < 8), else the minimum 1 -> DeepSpeed exits
+            pr["final"] = 8.0 if m < 2 else 4.0 if m < 4 else 2.0 if m < 8 else _MIN_SCALE
             pr["loss_factor"] = 1.0 + 0.3 * min(m, 3.0)
             q.end = self.last
         elif a.kind == "logit_norm_drift":
@@ -599,7 +625,6 @@ class _Run:
                     "grad": rng.standard_normal(n),
                     "time": rng.standard_normal(n),
                     "z": rng.standard_normal(n),
-                    "val": rng.standard_normal(n),
                 },
             )
         base = j * self.block + 1
@@ -1030,14 +1055,14 @@ class _Run:
         if not len(sel):
             return
         idx = sel - b.u
-        ts = _timestamps(b.clock[idx] - 0.05)
+        stamps = _timestamps(b.clock[idx] - 0.05)
         lrs = b.lr[idx].tolist()
         sk = b.ds_skipped[idx].tolist()
         sps = (self.p.gbs / b.T[idx]).tolist()
         mom = "[(0.9, 0.95), (0.9, 0.95)]"
         logline = "logging.py:60:log_dist" if self.ds_old else "logging.py:96:log_dist"
         st = self.st
-        for t, s, lr, k, cur in zip(sel.tolist(), ts, lrs, sk, sps, strict=True):
+        for t, s, lr, k, cur in zip(sel.tolist(), stamps, lrs, sk, sps, strict=True):
             st.samples_sum += cur
             st.samples_n += 1
             tsd = _ts_ds(s)
@@ -1103,9 +1128,7 @@ class _Run:
                 b.r_lr.tolist(),
                 [gbs] * len(steps),
                 [(" lm loss: %.6E |" % x) if x > 0.0 else "" for x in b.r_loss.tolist()],
-                [" loss scale: %.1f |" % x for x in b.r_scale.tolist()]
-                if self.fp16
-                else [""] * len(steps),
+                [" loss scale: %.1f |" % x for x in b.r_scale.tolist()] if self.fp16 else [""] * len(steps),
                 [(" grad norm: %.3f |" % x) if x != _ABSENT else "" for x in b.r_grad.tolist()],
                 (gbs / T).tolist(),
                 (p.tflops * spec.step_time_s / T).tolist(),
@@ -1113,9 +1136,7 @@ class _Run:
             if spec.noise_lines:
                 tmpl += timer
                 cols += [(f * ms).tolist() for f in (0.31, 0.62, 0.02, 0.04, 0.002)]
-            rec = dict(
-                zip(b.rec_steps, [tmpl % row for row in zip(*cols, strict=True)], strict=True)
-            )
+            rec = dict(zip(b.rec_steps, [tmpl % row for row in zip(*cols, strict=True)], strict=True))
             self._megatron_extras(b, after, current=False)
         return self._assemble(rec, before, after)
 

@@ -49,6 +49,8 @@ def timestamp(text: str) -> float | None:
 
     Times are read as UTC: logs rarely say their zone, and only differences matter to us.
     """
+    if text[:1] == " ":
+        text = text.lstrip(" ")
     if len(text) < 19 or not (text[0].isdigit() or (text[0] == "[" and text[1:2].isdigit())):
         return None
     m = _TS.match(text)

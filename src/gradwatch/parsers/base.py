@@ -8,9 +8,12 @@ offers the next lines to such a parser first. `flush` closes whatever is still o
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import numpy as np
 
 from gradwatch.events import Event, EventKind
 from gradwatch.records import RecordBuilder
@@ -56,6 +59,22 @@ class ParseOutput:
             self.last_step = step
         self.last_step_ts, self.step_ts_pending = ts, ts is None
 
+    def record_columns(
+        self,
+        parser: str,
+        steps: np.ndarray,
+        lines: np.ndarray,
+        ts: np.ndarray,
+        metrics: dict[str, np.ndarray],
+        nonfinite: np.ndarray,
+    ) -> None:
+        """Many records at once (the bulk path), in line order."""
+        self.records.add_columns(steps, lines, ts, metrics, nonfinite, parser)
+        self.counts[parser] = self.counts.get(parser, 0) + len(steps)
+        self.last_step = int(steps[-1])
+        last_ts = float(ts[-1])
+        self.last_step_ts, self.step_ts_pending = (None, True) if last_ts != last_ts else (last_ts, False)
+
     def event(
         self,
         kind: EventKind,
@@ -94,3 +113,15 @@ class Parser(ABC):
 
     def flush(self, out: ParseOutput) -> None:  # noqa: B027 - optional hook
         """Close any record still open (end of input)."""
+
+    def bulk_matches(self, text: str) -> list[re.Match[str]]:
+        """Optional fast path: whole record lines of `text` this parser can read in bulk.
+
+        Once a file's format is known, the stream asks its parser for these and hands them to
+        `bulk_records` in one call instead of one `parse` per line. Default: none.
+        """
+        return []
+
+    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
+        """Record the lines found by `bulk_matches` (only called when it returned some)."""
+        raise NotImplementedError

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+from dataclasses import dataclass
+
+import numpy as np
 
 from gradwatch.events import EventKind
-from gradwatch.parsers._text import norm_key, number
+from gradwatch.parsers._text import clean, norm_key, number, timestamp
 from gradwatch.parsers.base import ParseOutput, Parser
 
 # normalised field name -> (canonical metric, scale factor)
@@ -70,6 +73,7 @@ class MegatronParser(Parser):
         self._seen_loss = False
         self._key_cache: dict[str, object] = {}  # raw field name -> _FIELDS entry (or None)
         self._template: _Template | None = None
+        self._bulk_template: _Template | None = None
         self.total_steps: int | None = None
 
     @property
@@ -119,7 +123,7 @@ class MegatronParser(Parser):
         self.total_steps = int(m.group(2))
         body = text[m.end() :]
         template = self._template
-        found = template.match(body) if template is not None else None
+        found = template.line.match(body) if template is not None else None
         if found is None:
             metrics, nonfinite = self._fields(body)
             self._template = _compile_template(body)
@@ -148,6 +152,50 @@ class MegatronParser(Parser):
         ):
             nonfinite.append("loss")  # Megatron omits the loss field when the loss is NaN
         out.record(self.name, step, line, ts, metrics, nonfinite)
+
+    def bulk_matches(self, text: str) -> list[re.Match[str]]:
+        """Record lines of `text` of the current template's shape (the bulk path; see LogStream).
+
+        Only a template with a loss field qualifies: a record without one may be a NaN step,
+        which needs the per-line rules.
+        """
+        t = self._template
+        if t is None or self._pending is not None or not any(name == "loss" for name, _ in t.specs):
+            return []
+        self._bulk_template = t  # per-line records of the same block may change self._template
+        return list(t.block.finditer(text))
+
+    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
+        """Turn bulk matches into one columnar chunk of records: numbers converted per column."""
+        t = self._bulk_template
+        assert t is not None
+        table = np.array([m.groups() for m in matches], dtype=str)
+        steps = table[:, 0].astype(np.int64)
+        self.total_steps = int(table[-1, 1])
+        metrics: dict[str, np.ndarray] = {}
+        flagged: dict[str, np.ndarray] = {}
+        for j, (name, scale) in enumerate(t.specs):
+            values, unreadable = _to_floats(table[:, 2 + j])
+            values *= scale
+            metrics[name] = values
+            flagged[name] = ~np.isfinite(values) & ~unreadable
+        if "loss_scale" in metrics:
+            metrics["loss_scale"][metrics["loss_scale"] == -1.0] = np.nan
+        nonfinite = np.full(len(matches), "", dtype=object)
+        any_bad = np.zeros(len(matches), dtype=bool)
+        for mask in flagged.values():
+            any_bad |= mask
+        for row in np.flatnonzero(any_bad).tolist():
+            nonfinite[row] = ",".join(name for name, mask in flagged.items() if mask[row])
+        ts = np.full(len(matches), np.nan)
+        for row, m in enumerate(matches):
+            start = text.rfind("\n", 0, m.start()) + 1
+            if m.start() - start >= 19:  # room for a date and time before `iteration`
+                stamp = timestamp(clean(text[start : m.start()]))
+                if stamp is not None:
+                    ts[row] = stamp
+        self._seen_loss = True
+        out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), ts, metrics, nonfinite)
 
     def _fields(self, body: str) -> tuple[dict[str, float], list[str]]:
         """Every known `key: value` field of a record body, whatever its order and form."""
@@ -235,23 +283,24 @@ class MegatronParser(Parser):
         return False
 
 
+@dataclass(frozen=True)
 class _Template:
-    """A compiled regex for one exact sequence of record fields, and what each group holds.
+    """Regexes for one exact sequence of record fields, and what each group holds.
 
     A run prints the same fields in the same order on every record, so after the first record a
     single regex match reads all values; a record of another shape (a NaN step without its loss
-    field, a cut line) misses the template and takes the general path.
+    field, a cut line) misses the template and takes the general path. `block` finds whole
+    records of this shape inside a block of lines at C speed (the bulk path).
     """
 
-    __slots__ = ("match", "specs")
-
-    def __init__(self, pattern: re.Pattern[str], specs: list[tuple[str, float]]) -> None:
-        self.match = pattern.match
-        self.specs = specs
+    line: re.Pattern[str]
+    block: re.Pattern[str]
+    specs: tuple[tuple[str, float], ...]
 
 
 def _compile_template(body: str) -> _Template | None:
-    pieces: list[str] = []
+    line_pieces: list[str] = []
+    block_pieces: list[str] = []
     specs: list[tuple[str, float]] = []
     for part in body.split("|"):
         i, sep = part.rfind(":"), ":"
@@ -260,18 +309,39 @@ def _compile_template(body: str) -> _Template | None:
         if i < 0:
             if part.strip():
                 return None  # the 2020 form without colons: no template
-            pieces.append(r"\s*")
+            line_pieces.append(r"\s*")
+            block_pieces.append(r"[ \t]*")
             continue
         key = part[:i].strip()
         if not key:
             return None
-        head = r"\s*" + r"\s*".join(map(re.escape, key.split())) + r"\s*" + re.escape(sep)
+        words = list(map(re.escape, key.split()))
         spec = _FIELDS.get(norm_key(key))
-        if spec is None:
-            pieces.append(head + r"[^|]*")
-        else:
-            pieces.append(head + r"([^|]*)")
+        value = r"[^|]*" if spec is None else r"([^|]*)"
+        line_pieces.append(r"\s*" + r"\s*".join(words) + r"\s*" + re.escape(sep) + value)
+        block_value = r"[^|\n]*" if spec is None else r"([^|\n]*)"
+        block_pieces.append(r"[ \t]*" + r"[ \t]*".join(words) + r"[ \t]*" + re.escape(sep) + block_value)
+        if spec is not None:
             specs.append(spec)
     if not specs:
         return None
-    return _Template(re.compile(r"\|".join(pieces) + r"$"), specs)
+    line = re.compile(r"\|".join(line_pieces) + r"$")
+    block = re.compile(
+        r"iteration[=:]?[ \t]*(\d+)[ \t]*/[ \t]*(\d+)" + r"\|".join(block_pieces) + r"[ \t\r]*$", re.M
+    )
+    return _Template(line, block, tuple(specs))
+
+
+def _to_floats(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Strings to floats in one go; values that are not numbers become NaN (and are reported)."""
+    try:
+        return column.astype(np.float64), np.zeros(len(column), dtype=bool)
+    except ValueError:
+        values = np.full(len(column), np.nan)
+        unreadable = np.zeros(len(column), dtype=bool)
+        for i, text in enumerate(column.tolist()):
+            try:
+                values[i] = number(text)
+            except ValueError:
+                unreadable[i] = True
+        return values, unreadable

@@ -26,6 +26,12 @@ MAX_LINE_BYTES = 1 << 20
 UNDECIDED_HOLD_LINES = 5000
 
 
+def _drop_cut_number(line: bytes) -> bytes:
+    """`line` without the number at its very end, which a cut may have shortened."""
+    kept = line.rstrip(b"0123456789.eE+-")
+    return kept if any(c in b"0123456789" for c in line[len(kept) :]) else line
+
+
 @dataclass
 class Batch:
     """What one stretch of a file said: records, events, and the clock as the log showed it."""
@@ -82,10 +88,14 @@ class LogStream:
             self._hold(buf[cut + 1 :])
 
     def close(self) -> None:
-        """End of input: parse a last line that never got its newline, close open records."""
+        """End of input: parse a last line that never got its newline, close open records.
+
+        Such a line was usually cut mid-write, so a number at its very end (`9.545` of
+        `9.545123E-01`) is dropped rather than read as a wrong value.
+        """
         if self._partial:
             tail, self._partial = self._partial, b""
-            self._parse_block(tail + b"\n")
+            self._parse_block(_drop_cut_number(tail) + b"\n")
         for p in self.parsers:
             p.flush(self.out)
         self._closed = True
@@ -145,36 +155,85 @@ class LogStream:
         """Fast path: search the whole block for lines any parser could want, parse only those.
 
         While a parser collects a multi-line record (OLMo, Composer, a traceback) every line is
-        offered, because continuation lines carry no keyword of their own.
+        offered, because continuation lines carry no keyword of their own. Once the file's main
+        parser is known and offers a bulk reader, its ordinary record lines are read in one go
+        (`Parser.bulk_matches`); the other candidate lines still go one by one, in order, each
+        seeing the step of the last record before it.
         """
+        bulk_parser = self._main_parser()
+        matches = bulk_parser.bulk_matches(text) if bulk_parser is not None else []
+        starts = [text.rfind("\n", 0, m.start()) + 1 for m in matches]  # line start of each
+        ends = [text.find("\n", m.start()) for m in matches]
+        linenos: list[int] = []
+        count, prev = lineno, 0
+        for start in starts:
+            count += text.count("\n", prev, start)
+            linenos.append(count)
+            prev = start
+        taken = [True] * len(matches)
+        i, n_bulk = 0, len(matches)  # the next bulk record
+        last_line_record = -1  # position of the last record parsed line by line
+        out = self.out
         search = self._scan.search  # type: ignore[union-attr]
-        collectors = self._collectors
-        parse = self._parse_line
-        pos, end_of_text = 0, len(text)
-        while pos < end_of_text:
-            if collectors and self._collecting():
-                end = text.find("\n", pos)
-                if end > pos:
-                    parse(text[pos:end], lineno)
-                pos, lineno = end + 1, lineno + 1
-                continue
-            m = search(text, pos)
-            if m is None:
-                return
-            nl = text.rfind("\n", pos, m.start())
-            start = pos if nl < 0 else nl + 1
-            lineno += text.count("\n", pos, start)
-            end = text.find("\n", m.start())
-            parse(text[start:end], lineno)
-            if self.out.step_ts_pending:
-                self._pending_from = end + 1
-            pos, lineno = end + 1, lineno + 1
+        pos = 0  # everything before this position has been handled
+        scan_from = 0
+        open_record = self._collecting()  # a multi-line record left open by the previous block
+        while True:
+            if open_record:
+                start, open_record = 0, False
+            else:
+                m = search(text, scan_from)
+                if m is None:
+                    break
+                found = m.start()
+                while i < n_bulk and ends[i] < found:
+                    i += 1
+                if i < n_bulk and starts[i] <= found:
+                    scan_from = ends[i] + 1  # a bulk record: read below with the others
+                    continue
+                start = text.rfind("\n", 0, found) + 1
+            while True:  # this line, then every line while a multi-line record is open
+                end = text.find("\n", start)
+                lineno += text.count("\n", pos, start)
+                if i < n_bulk and starts[i] == start:
+                    taken[i] = False  # a bulk-shaped line inside a multi-line record
+                    i += 1
+                if i and taken[i - 1] and last_line_record < starts[i - 1]:
+                    out.last_step = int(matches[i - 1].group(1))
+                before = len(out.records)
+                if end > start:
+                    self._parse_line(text[start:end], lineno)
+                if len(out.records) != before:
+                    last_line_record = start
+                if out.step_ts_pending:
+                    self._pending_from = end + 1
+                pos = scan_from = start = end + 1
+                lineno += 1
+                if start >= len(text) or not self._collecting():
+                    break
+        kept = [i for i, ok in enumerate(taken) if ok]
+        if kept and bulk_parser is not None:
+            if len(kept) < len(matches):
+                matches, linenos, starts = (
+                    [matches[i] for i in kept], [linenos[i] for i in kept], [starts[i] for i in kept])
+            line_record_after = last_line_record > starts[-1]
+            saved = (out.last_step, out.last_step_ts, out.step_ts_pending)
+            bulk_parser.bulk_records(text, matches, linenos, out)
+            if line_record_after:
+                out.last_step, out.last_step_ts, out.step_ts_pending = saved
+            elif out.step_ts_pending:
+                self._pending_from = text.find("\n", matches[-1].start()) + 1
+
+    def _main_parser(self) -> Parser | None:
+        """The file's main parser, once it has produced records."""
+        counts = self.out.counts
+        for p in self.parsers:
+            if not p.auxiliary and counts.get(p.name):
+                return p
+        return None
 
     def _collecting(self) -> bool:
-        for p in self._collectors:
-            if p.collecting:
-                return True
-        return False
+        return any(p.collecting for p in self._collectors)
 
     def _track_time(self, text: str) -> None:
         """Clock facts that the skipped noise lines carry: the latest time, and a record's time.
