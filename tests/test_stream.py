@@ -91,9 +91,11 @@ def test_real_logs_are_present_or_this_says_why() -> None:
 
 def test_bulk_path_reads_a_nan_step_and_a_validation_record_in_order() -> None:
     """A record of another shape in the middle of bulk-read records keeps its place and its NaN flag."""
-    line = (" iteration {:8d}/  159576 | consumed samples:       488048 | elapsed time per iteration (ms): 61947.6 | "
-            "learning rate: 6.000E-05 | global batch size:   176 |{loss} loss scale: 65536.0 | grad norm: 23.4 | "
-            "num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+    line = (
+        " iteration {:8d}/  159576 | consumed samples:       488048 | elapsed time per iteration (ms): 61947.6 | "
+        "learning rate: 6.000E-05 | global batch size:   176 |{loss} loss scale: 65536.0 | grad norm: 23.4 | "
+        "num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
     text = "".join(line.format(i, loss=" lm loss: 3.317482E+00 |") for i in range(1, 2000))
     text += line.format(2000, loss="")
     text += " validation loss at iteration 2000 | lm loss value: 7.174200E+00 | lm loss PPL: 1.305315E+03 |\n"

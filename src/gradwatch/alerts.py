@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from enum import IntEnum
 from typing import Any
 
@@ -46,6 +46,12 @@ class Alert:
             v = out[key]
             out[key] = float(v) if v is not None and math.isfinite(v) else None
         return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Alert:
+        """The inverse of `to_json` (non-finite numbers stay None), for alerts kept in state files."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in data.items() if k in known}, "severity": Severity.parse(data["severity"])})
 
     def sort_key(self) -> tuple[str, int, int]:
         return (self.path or "", self.line or 0, self.step or 0)

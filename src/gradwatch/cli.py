@@ -123,6 +123,209 @@ def _emit(report: Any, output: str) -> None:
     stdout_console().print(report)
 
 
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option(
+    "--state",
+    "state_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Where this scan left off (offsets, detector state, notified incidents). Created 0600; "
+    "it holds pickled data, so it is refused if anyone but its owner can write it.",
+)
+@CONFIG_OPTION
+@click.option(
+    "--notify-cmd",
+    default=None,
+    metavar="CMD",
+    help="Run CMD once per new incident at or above --fail-on (split like a shell, run without one): "
+    "alert JSON on stdin, GRADWATCH_* environment variables, 30 s limit.",
+)
+@click.option("--webhook", default=None, metavar="URL", help="POST new incidents as JSON to URL.")
+@click.option(
+    "--webhook-format",
+    type=click.Choice(["generic", "slack"]),
+    default="generic",
+    show_default=True,
+    help='generic: {"alerts": [...]}; slack: {"text": ...} for Slack-compatible incoming webhooks.',
+)
+@click.option(
+    "--textfile",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Write DIR/gradwatch.prom for node_exporter's textfile collector.",
+)
+@click.option(
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a report per file; json: check's JSON plus new_bytes per file and notifications.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["warning", "critical"]),
+    default="warning",
+    show_default=True,
+    help="Lowest severity that makes the exit code 1 and is notified.",
+)
+@click.option(
+    "--lock-wait",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for another scan of the same --state before giving up (exit 3).",
+)
+def scan(
+    paths: tuple[str, ...],
+    state_path: str,
+    config_path: str | None,
+    notify_cmd: str | None,
+    webhook: str | None,
+    webhook_format: str,
+    textfile: str | None,
+    output: str,
+    fail_on: str,
+    lock_wait: float,
+) -> None:
+    """Scan logs once, reading only what was appended since the last scan (for cron).
+
+    PATHS are log files, directories or quoted globs, as for check. A rotated or
+    truncated log is read again from its start. Each incident (detector, file,
+    step) is notified once; a failed notification is retried by the next scan.
+    A run with no new step for longer than its stall limit (wall clock) alerts once.
+
+    \b
+    Exit codes:
+      0  no new alert at or above --fail-on
+      1  new alerts at or above --fail-on
+      2  usage error, missing/unreadable file, invalid config, unsafe state file
+      3  another scan held the --state file for all of --lock-wait
+
+    \b
+    Examples:
+      */5 * * * * gradwatch scan '/scratch/*/train.log' --state ~/gw.json --webhook-format slack --webhook "$SLACK_URL"
+      gradwatch scan logs/ --state scan.json --notify-cmd 'mail -s gradwatch me@example.org'
+      gradwatch scan 'runs/*.log' --state scan.json --textfile /var/lib/node_exporter/textfile --output json
+    """
+    from gradwatch import config as cfg
+    from gradwatch.commands.scan import run_scan, scan_options
+
+    options = scan_options(state_path, fail_on, notify_cmd, webhook, webhook_format, textfile, lock_wait)
+    report = run_scan(list(paths), cfg.load(config_path), options, warn=lambda m: click.echo(f"warning: {m}", err=True))
+    _emit(report, output)
+    sys.exit(int(report.exit_code))
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@CONFIG_OPTION
+@click.option("--format", "fmt", default=None, metavar="NAME", help="Read every file as format NAME.")
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.01),
+    default=None,
+    metavar="SECONDS",
+    help="Look every SECONDS instead of waiting for inotify events "
+    "(automatic, every 0.25 s, on NFS, Lustre, GPFS, CIFS/SMB, Ceph and FUSE).",
+)
+@click.option("--from-end", is_flag=True, help="Skip what the files hold now (detectors then start cold).")
+@click.option(
+    "--output",
+    type=click.Choice(["live", "text", "jsonl"]),
+    default=None,
+    help="live: a full-screen view (default on a terminal); text: a line per alert (default otherwise); "
+    "jsonl: a JSON object per alert, notice and status.",
+)
+@click.option(
+    "--on-alert",
+    default=None,
+    metavar="CMD",
+    help="Run CMD for each alert at or above --on-alert-severity found while following (split like a "
+    "shell, run without one): alert JSON on stdin, GRADWATCH_* environment variables.",
+)
+@click.option(
+    "--on-alert-severity",
+    type=click.Choice(["info", "warning", "critical"]),
+    default="critical",
+    show_default=True,
+    help="Lowest severity that runs --on-alert.",
+)
+@click.option(
+    "--on-alert-timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Kill an --on-alert command that runs longer (reported; following goes on).",
+)
+@click.option(
+    "--exit-on",
+    type=click.Choice(["info", "warning", "critical"]),
+    default=None,
+    help="Exit with code 1 at the first alert of this severity or worse.",
+)
+@click.option(
+    "--status-every",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A status line (text, jsonl) this often.",
+)
+def tail(
+    paths: tuple[str, ...],
+    config_path: str | None,
+    fmt: str | None,
+    poll: float | None,
+    from_end: bool,
+    output: str | None,
+    on_alert: str | None,
+    on_alert_severity: str,
+    on_alert_timeout: float,
+    exit_on: str | None,
+    status_every: float,
+) -> None:
+    """Follow live logs and alert as problems appear, through rotation and truncation.
+
+    PATHS are log files (waited for if they do not exist yet), directories, or quoted
+    globs (new matching files, e.g. per-rank logs, are picked up). What the files
+    hold is read first so that baselines are warm, then new lines as they come.
+    Ctrl-C or SIGTERM stops with a summary.
+
+    \b
+    Exit codes:
+      0  no alert at or above --exit-on (warning if not given)
+      1  alerts at or above it (with --exit-on: at the first one)
+      2  usage error or invalid config
+
+    \b
+    Examples:
+      gradwatch tail /scratch/run42/main_log.txt
+      gradwatch tail 'logs/rank*.log' --output jsonl --exit-on critical
+      gradwatch tail train.log --on-alert 'scancel 123456' --on-alert-severity critical
+    """
+    from gradwatch import config as cfg
+    from gradwatch.commands.tail import TailOptions, run_tail
+
+    options = TailOptions(
+        paths=paths,
+        fmt=fmt,
+        poll=poll,
+        from_end=from_end,
+        output=output,
+        on_alert=on_alert,
+        on_alert_severity=on_alert_severity,
+        on_alert_timeout=on_alert_timeout,
+        exit_on=exit_on,
+        status_every=status_every,
+    )
+    sys.exit(int(run_tail(options, cfg.load(config_path))))
+
+
 @cli.group()
 def config() -> None:
     """Show or write the configuration (thresholds of every detector).
@@ -230,6 +433,109 @@ def export(path: str, out_path: str, config_path: str | None, fmt: str | None) -
 
     n = run_export(path, out_path, cfg.load(config_path), fmt)
     click.echo(f"wrote {n:,} records to {out_path}")
+
+
+OUT_OPTION = click.option(
+    "--out",
+    "out_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Output file: .html (one self-contained page) or .png (needs: pip install 'gradwatch[plot]').",
+)
+
+
+def _split(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@OUT_OPTION
+@CONFIG_OPTION
+@click.option(
+    "--metrics",
+    default=None,
+    metavar="LIST",
+    help="Comma-separated metrics or panels to draw (default: every one the log has): "
+    "loss, grad_norm, loss_scale, lr, logit_norm, z_loss, throughput.",
+)
+def report(paths: tuple[str, ...], out_path: str, config_path: str | None, metrics: str | None) -> None:
+    """Draw logs as panels with every alert marked: loss, grad norm, loss scale, lr, logit norm, throughput.
+
+    PATHS are log files or directories, as for `check`. Alerts are check's alerts, listed with
+    their hints below the panels; the file, format, steps and spike score are at the top.
+
+    \b
+    Exit codes:
+      0  report written (alerts do not change it: gate CI with `check`)
+      2  usage error, missing/unreadable file, no known format, or .png without matplotlib
+
+    \b
+    Examples:
+      gradwatch report examples/logs/megatron-ds-fp16-resume-collapse.log --out report.html
+      gradwatch report run1/main_log.txt.gz --out run1.png --metrics loss,grad_norm,loss_scale
+      gradwatch report logs/ --out all-runs.html --config my.yaml
+    """
+    from gradwatch import config as cfg
+    from gradwatch.commands.report import run_report
+
+    drawn = run_report(list(paths), out_path, cfg.load(config_path), _split(metrics))
+    alerts = sum(len(run.alerts) for run, _ in drawn)
+    click.echo(f"wrote {out_path}: {len(drawn)} log{'s' if len(drawn) != 1 else ''}, {alerts} alerts")
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@OUT_OPTION
+@CONFIG_OPTION
+@click.option(
+    "--metrics",
+    default=None,
+    metavar="LIST",
+    help="Comma-separated metrics to overlay (default: loss, grad_norm, logit_norm, z_loss, where logged).",
+)
+@click.option(
+    "--labels", default=None, metavar="LIST", help="Comma-separated run names, one per log (default: file names)."
+)
+@click.option(
+    "--x", "x_axis", type=click.Choice(["step", "tokens"]), default="step", show_default=True, help="Shared x axis."
+)
+@click.option(
+    "--window",
+    type=click.IntRange(min=2),
+    default=1000,
+    show_default=True,
+    metavar="N",
+    help="Growth and slope are measured over each run's last N steps.",
+)
+def compare(
+    paths: tuple[str, ...],
+    out_path: str,
+    config_path: str | None,
+    metrics: str | None,
+    labels: str | None,
+    x_axis: str,
+    window: int,
+) -> None:
+    """Overlay runs on shared axes; mark a run whose metric grows while the others stay flat.
+
+    Prints, per run and metric, the last value, the growth over the last N steps (median of the
+    window's last tenth over its first tenth) and the slope of ln(value) per 1,000 steps. A run
+    growing 1.2x or more while every other run stays under 1.1x is marked.
+
+    \b
+    Examples:
+      gradwatch compare nodes4.log nodes32.log --metrics logit_norm,loss --out compare.html
+      gradwatch compare bf16/log.txt fp32/log.txt --labels bf16-reduce,fp32-reduce --out compare.png
+      gradwatch compare a.log b.log c.log --x tokens --window 5000 --out abc.html
+    """
+    from gradwatch import config as cfg
+    from gradwatch.commands.compare import run_compare, trend_table
+    from gradwatch.commands.console import stdout_console
+
+    rows = run_compare(list(paths), out_path, cfg.load(config_path), _split(metrics), _split(labels), x_axis, window)
+    stdout_console().print(trend_table(rows, window))
+    click.echo(f"wrote {out_path}")
 
 
 def main() -> None:

@@ -4,7 +4,8 @@
      ├── UsageError           bad flags or arguments                      -> exit 2
      ├── ConfigError          YAML unreadable, unknown key, wrong type    -> exit 2
      ├── InputError           missing/unreadable file, no known format    -> exit 2
-     └── PluginError          (reserved for plugins)                      -> exit 2
+     ├── PluginError          (reserved for plugins)                      -> exit 2
+     └── StateLockedError     another scan holds the --state file         -> exit 3
 
 Each message names the file, line or key path and says how to fix it. `cli.main` catches
 `GradwatchError` once and prints `error: <message>` on stderr.
@@ -19,6 +20,7 @@ class ExitCode(IntEnum):
     OK = 0  #: no alert at or above --fail-on
     ALERTS = 1  #: alerts at or above --fail-on
     USAGE = 2  #: usage error, missing/unreadable file, invalid config, unknown format
+    LOCKED = 3  #: `scan`: another scan kept the --state file locked for all of --lock-wait
 
 
 class GradwatchError(Exception):
@@ -37,3 +39,9 @@ class ConfigError(GradwatchError):
 
 class InputError(GradwatchError):
     """A log file that is missing, unreadable, or in no format we know."""
+
+
+class StateLockedError(GradwatchError):
+    """Another `gradwatch scan` holds the lock of the same state file: try again later."""
+
+    exit_code = ExitCode.LOCKED

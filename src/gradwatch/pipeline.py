@@ -16,6 +16,7 @@ import numpy as np
 from gradwatch.alerts import Alert
 from gradwatch.config import Settings
 from gradwatch.detectors import DETECTORS, Detector
+from gradwatch.downsample import MinMaxBuckets
 from gradwatch.errors import InputError
 from gradwatch.parsers import PARSERS, Parser, new_parsers
 from gradwatch.parsers.stream import Batch, LogStream
@@ -37,6 +38,12 @@ class FileSummary:
     last_values: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     spike_score: SpikeScore = field(default_factory=SpikeScore)
+    #: per metric, min/max over the run in at most SHAPE_BUCKETS buckets (check's sparklines)
+    shapes: dict[str, MinMaxBuckets] = field(default_factory=dict)
+
+
+#: Buckets per metric kept for sparklines: small and fixed, whatever the log's length.
+SHAPE_BUCKETS = 128
 
 
 def _extra_parsers(settings: Settings) -> list[Parser]:
@@ -77,8 +84,9 @@ class FileCheck:
     recent-values window from it).
     """
 
-    def __init__(self, path: str, settings: Settings, fmt: str | None = None,
-                 on_batch: Callable[[Batch], None] | None = None) -> None:
+    def __init__(
+        self, path: str, settings: Settings, fmt: str | None = None, on_batch: Callable[[Batch], None] | None = None
+    ) -> None:
         self.summary = FileSummary(path)
         self.stream = LogStream(build_parsers(settings, fmt), path)
         self.detectors = build_detectors(settings, path)
@@ -113,22 +121,26 @@ class FileCheck:
         s = self.summary
         s.records += len(rec)
         s.spike_score.update(rec)
-        steps = rec["step"].to_numpy()
-        steps = steps[steps >= 0]
+        all_steps = rec["step"].to_numpy()
+        steps = all_steps[all_steps >= 0]
         if len(steps):
             if s.first_step is None:
                 s.first_step = int(steps[0])
             s.last_step = int(steps[-1])
         for name in METRICS:
             col = rec[name].to_numpy()
-            logged = col[~np.isnan(col)]
+            mask = ~np.isnan(col)
+            logged = col[mask]
             if len(logged):
                 s.last_values[name] = float(logged[-1])
+                s.shapes.setdefault(name, MinMaxBuckets(SHAPE_BUCKETS)).add(all_steps[mask], logged)
 
 
-def check_path(path: Path, settings: Settings, fmt: str | None = None) -> tuple[FileSummary, list[Alert]]:
-    """Check one archived file from start to end."""
-    check = FileCheck(str(path), settings, fmt)
+def check_path(
+    path: Path, settings: Settings, fmt: str | None = None, on_batch: Callable[[Batch], None] | None = None
+) -> tuple[FileSummary, list[Alert]]:
+    """Check one archived file from start to end (`on_batch` as in `FileCheck`)."""
+    check = FileCheck(str(path), settings, fmt, on_batch)
     alerts: list[Alert] = []
     try:
         for chunk in read_chunks(path):

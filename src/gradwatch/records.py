@@ -65,8 +65,15 @@ class RecordBuilder:
         self._nonfinite: list[str] = []
         self._source: list[str] = []
 
-    def add(self, step: int | None, line: int, ts: float | None, metrics: dict[str, float],
-            nonfinite: Iterable[str] = (), source: str = "") -> None:
+    def add(
+        self,
+        step: int | None,
+        line: int,
+        ts: float | None,
+        metrics: dict[str, float],
+        nonfinite: Iterable[str] = (),
+        source: str = "",
+    ) -> None:
         n = self._n
         cols = self._cols
         for name, value in metrics.items():
@@ -83,8 +90,15 @@ class RecordBuilder:
         self._source.append(source)
         self._n = n + 1
 
-    def add_columns(self, steps: np.ndarray, lines: np.ndarray, ts: np.ndarray, metrics: dict[str, np.ndarray],
-                    nonfinite: np.ndarray, source: str) -> None:
+    def add_columns(
+        self,
+        steps: np.ndarray,
+        lines: np.ndarray,
+        ts: np.ndarray,
+        metrics: dict[str, np.ndarray],
+        nonfinite: np.ndarray,
+        source: str,
+    ) -> None:
         """Many records at once, as columns (the parsers' bulk path)."""
         n = len(steps)
         data: dict[str, Any] = {"step": steps}

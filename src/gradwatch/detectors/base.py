@@ -76,12 +76,6 @@ def _num(v: float | None) -> float | None:
     return None if v is None else float(v)
 
 
-def metric_rows(records: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The rows that logged `metric` with a finite value."""
-    col = records[metric].to_numpy()
-    return records[np.isfinite(col)]
-
-
 def prev_window_median(tail: np.ndarray, values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
     """Median of the `window` values before each of `values`, seeded by `tail` from earlier batches.
 
@@ -91,11 +85,6 @@ def prev_window_median(tail: np.ndarray, values: np.ndarray, window: int) -> tup
     joined = np.concatenate([tail, values])
     med = pd.Series(joined).rolling(window, min_periods=1).median().shift(1).to_numpy()
     return med[len(tail) :], joined[-window:]
-
-
-def prev_window_count(tail_len: int, n: int, window: int) -> np.ndarray:
-    """How many predecessors (capped at `window`) each of `n` new values has."""
-    return np.minimum(np.arange(tail_len, tail_len + n), window)
 
 
 class Incident:
@@ -111,16 +100,14 @@ class Incident:
         self.open = False
         self.first_step: int | None = None
         self.last_hit = -1
-        self.worst = 0.0
 
     def closes_before(self, index: int) -> bool:
         return self.open and index - self.last_hit > self.quiet
 
-    def hit(self, index: int, step: int, score: float = 0.0) -> bool:
+    def hit(self, index: int, step: int) -> bool:
         opened = not self.open or index - self.last_hit > self.quiet
         if opened:
-            self.open, self.first_step, self.worst = True, step, score
-        self.worst = max(self.worst, score)
+            self.open, self.first_step = True, step
         self.last_hit = index
         return opened
 
@@ -129,29 +116,20 @@ class Incident:
         self.open = False
         return self.first_step
 
-    def scan(
-        self,
-        start: int,
-        n: int,
-        hits: np.ndarray,
-        steps: np.ndarray,
-        scores: np.ndarray | None = None,
-    ) -> list[tuple[str, int]]:
+    def scan(self, start: int, n: int, hits: np.ndarray, steps: np.ndarray) -> list[tuple[str, int, int | None]]:
         """Walk one batch of `n` rows (global indices start..start+n-1) with hits at `hits`.
 
-        Returns ("open", position) for each hit that opens an incident and ("close", position)
-        for the row at which an open incident has been quiet long enough.
+        Returns ("open", position, step) for each hit that opens an incident and ("close",
+        position, first step of the incident) for the row at which an open incident has been
+        quiet long enough.
         """
-        out: list[tuple[str, int]] = []
-        for pos in hits:
-            index = start + int(pos)
+        out: list[tuple[str, int, int | None]] = []
+        for pos in hits.tolist():
+            index = start + pos
             if self.closes_before(index):
-                out.append(("close", self.last_hit + self.quiet + 1 - start))
-                self.close()
-            score = 0.0 if scores is None else float(scores[pos])
-            if self.hit(index, int(steps[pos]), score):
-                out.append(("open", int(pos)))
+                out.append(("close", self.last_hit + self.quiet + 1 - start, self.close()))
+            if self.hit(index, int(steps[pos])):
+                out.append(("open", pos, int(steps[pos])))
         if self.open and self.last_hit + self.quiet + 1 < start + n:
-            out.append(("close", self.last_hit + self.quiet + 1 - start))
-            self.close()
+            out.append(("close", self.last_hit + self.quiet + 1 - start, self.close()))
         return out

@@ -94,9 +94,8 @@ class GradNormSpike(Detector):
         alerts: list[Alert] = []
         start = self._seen
         self._seen += len(logv)
-        for kind, pos in self._incident.scan(start, len(logv), np.array(hits, dtype=int), steps):
+        for kind, pos, first in self._incident.scan(start, len(logv), np.array(hits, dtype=int), steps):
             if kind == "close":
-                first = self._incident.first_step
                 alerts.append(
                     self.alert(
                         Severity.INFO,

@@ -70,7 +70,7 @@ class LossCollapse(Detector):
         alerts: list[Alert] = []
         start = self._seen
         self._seen += len(loss)
-        for kind, pos in self._incident.scan(start, len(loss), hits, steps):
+        for kind, pos, first in self._incident.scan(start, len(loss), hits, steps):
             if kind == "close":
                 alerts.append(
                     self.alert(
@@ -81,7 +81,7 @@ class LossCollapse(Detector):
                         float(loss[pos]),
                         None,
                         None,
-                        f"loss away from 0 again (collapse began at step {self._incident.first_step})",
+                        f"loss away from 0 again (collapse began at step {first})",
                         "check whether the data fault is fixed or only intermittent",
                     )
                 )

@@ -1,18 +1,22 @@
 """Loss divergence: a sustained rise, not a one-off spike.
 
-Two rules. Trend: the loss rose on `rising_logs` consecutive logged values, by at least
-`rise_ratio` and `rise_delta` nats in total (BigScience tr8-104B: 6.37, 6.60, 7.31, 9.12, 10.24).
-Sustained level (llm-foundry's KillLossSpike): the loss at least `level_ratio` times the mean of
-the `window` values before the excursion for more than `level_logs` consecutive logs: critical,
-the run is not coming back by itself.
+Three rules, all computed over whole batches with numpy, with the tail of the stream carried:
+- rises: the loss rose on `rising_logs` consecutive logs, by at least `rise_ratio` and
+  `rise_delta` nats in total (BigScience tr8-104B: 6.37, 6.60, 7.31, 9.12, 10.24);
+- trend: the median of the last `trend_window` logs is `rise_ratio` times (and `rise_delta` nats
+  above) the lowest such median of the `trend_lookback` logs before them: a noisy climb that
+  never rises three times in a row is still caught, and a short spike moves no median;
+- level (llm-foundry's KillLossSpike): the loss at least `level_ratio` times the mean of the
+  previous `window` logs for more than `level_logs` consecutive logs: critical.
+A step going backwards (a resume) restarts the history: that jump is resume_regression's.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import Detector, DetectorConfig
@@ -30,93 +34,146 @@ class LossDivergenceConfig(DetectorConfig):
     rising_logs: int = 3
     rise_ratio: float = 1.2
     rise_delta: float = 0.3
+    trend_window: int = 20
+    trend_lookback: int = 200
     window: int = 100
     level_ratio: float = 2.0
     level_logs: int = 4
     quiet: int = 50
 
 
+def _run_lengths(flags: np.ndarray, carried: int) -> np.ndarray:
+    """Length of the run of True ending at each position (a run may continue from `carried`)."""
+    idx = np.arange(len(flags))
+    last_false = np.maximum.accumulate(np.where(~flags, idx, -1))
+    runs = idx - last_false
+    return np.where(last_false < 0, runs + carried, runs)
+
+
 class LossDivergence(Detector):
     id = "loss_divergence"
-    description = "loss rising for several logs in a row, or held at 2x its earlier mean"
+    description = "loss rising for several logs in a row, trending up, or held at 2x its earlier mean"
     Config = LossDivergenceConfig
     config: LossDivergenceConfig
 
     def __init__(self, config: LossDivergenceConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
-        self._prev: float | None = None
-        self._run_start: float | None = None  # loss before the current run of rises
-        self._rises = 0
-        self._window: deque[float] = deque(maxlen=self.config.window)
+        cfg = self.config
+        self._keep = max(cfg.window, 2 * cfg.trend_window + cfg.trend_lookback)
+        self._tail = np.empty(0)  # the last `_keep` losses
+        self._rises = 0  # consecutive rises up to the last value
+        self._run_start = np.nan  # the value before those rises
         self._high = 0  # consecutive logs at level_ratio x the window mean
-        self._ref_mean: float | None = None
-        self._quiet_left = 0
+        self._last_step: int | None = None
+        self._seen = 0
+        self._quiet_until = -1  # row index up to which alerts are held back
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = batch.records
         loss = rec["loss"].to_numpy()
+        ok = np.isfinite(loss)
+        if not ok.any():
+            return []
+        v, steps, lines = loss[ok], rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
         alerts: list[Alert] = []
-        steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
-        for pos in np.flatnonzero(np.isfinite(loss)):
-            alert = self._observe(float(loss[pos]), int(steps[pos]), int(lines[pos]))
-            if alert is not None:
-                alerts.append(alert)
+        # a step going backwards is a resume: history before it says nothing about divergence
+        prev_steps = np.concatenate([[self._last_step if self._last_step is not None else -1], steps[:-1]])
+        cuts = np.flatnonzero(steps < prev_steps).tolist()
+        self._last_step = int(steps[-1])
+        bounds = [0, *cuts, len(v)]
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            if lo in cuts:
+                self._reset()
+            if hi > lo:
+                alerts += self._segment(v[lo:hi], steps[lo:hi], lines[lo:hi])
         return alerts
 
-    def _observe(self, value: float, step: int, line: int) -> Alert | None:
+    def _reset(self) -> None:
+        self._tail, self._rises, self._run_start, self._high = np.empty(0), 0, np.nan, 0
+
+    def _segment(self, v: np.ndarray, steps: np.ndarray, lines: np.ndarray) -> list[Alert]:
         cfg = self.config
-        alert: Alert | None = None
-        if self._prev is not None and value > self._prev:
-            if self._rises == 0:
-                self._run_start = self._prev
-            self._rises += 1
-        else:
-            self._rises = 0
-        self._prev = value
-        # sustained level against the mean before the excursion began
-        ref = self._ref_mean if self._high else (sum(self._window) / len(self._window) if self._window else None)
-        if ref is not None and ref > 0 and value >= cfg.level_ratio * ref:
-            if self._high == 0:
-                self._ref_mean = ref
-            self._high += 1
-        else:
-            self._high, self._ref_mean = 0, None
-            self._window.append(value)
-        if self._quiet_left > 0:
-            self._quiet_left -= 1
-            return None
-        start = self._run_start
-        if self._high > cfg.level_logs and ref is not None:
-            alert = self.alert(
-                Severity.CRITICAL,
-                step,
-                line,
-                "loss",
-                value,
-                ref,
-                cfg.level_ratio * ref,
-                f"loss {value:.4g} has stayed above {cfg.level_ratio:g}x its earlier mean {ref:.4g} "
-                f"for {self._high} logs",
-                _HINT,
-            )
-        elif (
-            self._rises >= cfg.rising_logs
-            and start is not None
-            and start > 0
-            and value >= cfg.rise_ratio * start
-            and value - start >= cfg.rise_delta
-        ):
-            alert = self.alert(
-                Severity.WARNING,
-                step,
-                line,
-                "loss",
-                value,
-                start,
-                cfg.rise_ratio * start,
-                f"loss rose on {self._rises} consecutive logs, {start:.4g} -> {value:.4g} ({value / start:.2f}x)",
-                _HINT,
-            )
-        if alert is not None:
-            self._quiet_left = cfg.quiet
-        return alert
+        tail, n = self._tail, len(v)
+        joined = np.concatenate([tail, v])
+        prev = joined[len(tail) - 1 : -1] if len(tail) else np.concatenate([[np.nan], v[:-1]])
+        # rises
+        rise = v > prev
+        rises = _run_lengths(rise, self._rises)
+        idx = np.arange(n)
+        start_idx = idx - rises  # index (in v) of the value before the run; negative: earlier
+        carried_start = self._run_start if self._rises else prev[0]  # a run that began in an earlier batch
+        starts = np.where(start_idx >= 0, v[np.clip(start_idx, 0, n - 1)], carried_start)
+        cond_rise = (rises >= cfg.rising_logs) & (v >= cfg.rise_ratio * starts) & (v - starts >= cfg.rise_delta)
+        # trend
+        series = pd.Series(joined)
+        med = series.rolling(cfg.trend_window, min_periods=cfg.trend_window).median()
+        ref = med.shift(cfg.trend_window).rolling(cfg.trend_lookback, min_periods=1).min()
+        med_v, ref_v = med.to_numpy()[len(tail) :], ref.to_numpy()[len(tail) :]
+        cond_trend = (med_v >= cfg.rise_ratio * ref_v) & (med_v - ref_v >= cfg.rise_delta)
+        # level
+        mean = series.rolling(cfg.window, min_periods=1).mean().shift(1).to_numpy()[len(tail) :]
+        high = v >= cfg.level_ratio * mean
+        highs = _run_lengths(high, self._high)
+        cond_level = highs > cfg.level_logs
+        # carry state
+        self._high = int(highs[-1])
+        if rises[-1]:
+            self._run_start = float(starts[-1])
+        self._rises = int(rises[-1])
+        self._tail = joined[-self._keep :]
+        start, self._seen = self._seen, self._seen + n
+        alerts: list[Alert] = []
+        for pos in np.flatnonzero(cond_rise | cond_trend | cond_level).tolist():
+            if start + pos <= self._quiet_until:
+                continue
+            self._quiet_until = start + pos + cfg.quiet
+            value = float(v[pos])
+            if cond_level[pos]:
+                base = float(mean[pos])
+                alerts.append(
+                    self.alert(
+                        Severity.CRITICAL,
+                        steps[pos],
+                        lines[pos],
+                        "loss",
+                        value,
+                        base,
+                        cfg.level_ratio * base,
+                        f"loss {value:.4g} has stayed above {cfg.level_ratio:g}x its earlier mean {base:.4g} "
+                        f"for {int(highs[pos])} logs",
+                        _HINT,
+                    )
+                )
+            elif cond_rise[pos]:
+                base = float(starts[pos])
+                alerts.append(
+                    self.alert(
+                        Severity.WARNING,
+                        steps[pos],
+                        lines[pos],
+                        "loss",
+                        value,
+                        base,
+                        cfg.rise_ratio * base,
+                        f"loss rose on {int(rises[pos])} consecutive logs, {base:.4g} -> {value:.4g} "
+                        f"({value / base:.2f}x)",
+                        _HINT,
+                    )
+                )
+            else:
+                now, base = float(med_v[pos]), float(ref_v[pos])
+                alerts.append(
+                    self.alert(
+                        Severity.WARNING,
+                        steps[pos],
+                        lines[pos],
+                        "loss",
+                        now,
+                        base,
+                        cfg.rise_ratio * base,
+                        f"loss trending up: median of the last {cfg.trend_window} logs {now:.4g} is "
+                        f"{now / base:.2f}x its recent low {base:.4g}",
+                        _HINT,
+                    )
+                )
+        return alerts

@@ -17,6 +17,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import Detector, DetectorConfig
 from gradwatch.events import EventKind
@@ -51,6 +53,8 @@ class LossScaleCollapse(Detector):
         self._chain = 0.0  # halvings in the current run of consecutive overflow steps
         self._chain_step: int | None = None  # last step of that run
         self._interval: int | None = None
+        self._final_interval: int | None = None
+        self._last_record_scale = float("nan")
         self._last_record_step: int | None = None
         self._overflow_steps: deque[int] = deque()
         self._quiet_until = -(10**18)
@@ -58,26 +62,74 @@ class LossScaleCollapse(Detector):
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = batch.records
-        items: list[tuple[int, int, float | None, float | None, bool]] = []  # line, step, old, new, overflow
-        if len(rec):
-            scale = rec["loss_scale"].to_numpy()
-            for line, step, s in zip(rec["line"].tolist(), rec["step"].tolist(), scale.tolist(), strict=False):
-                if s == s:  # finite scale logged
-                    items.append((line, step, None, s, False))
+        items: list[tuple[int, int, float | None, float | None, bool, int | None, int | None]] = []
+        ev_lines: list[int] = []
         for ev in batch.events:
             if ev.kind is EventKind.OVERFLOW and ev.step is not None:
-                items.append((ev.line, ev.step, ev.data["attempted"], ev.data["new"], True))
+                items.append((ev.line, ev.step, ev.data["attempted"], ev.data["new"], True, None, None))
             elif ev.kind is EventKind.SCALE_INCREASE and ev.step is not None:
-                items.append((ev.line, ev.step, ev.data["old"], ev.data["new"], False))
+                items.append((ev.line, ev.step, ev.data["old"], ev.data["new"], False, None, None))
             elif ev.kind is EventKind.SCALE_AT_MINIMUM:
-                items.append((ev.line, ev.step if ev.step is not None else -1, None, -1.0, True))
+                items.append((ev.line, ev.step if ev.step is not None else -1, None, -1.0, True, None, None))
+            else:
+                continue
+            ev_lines.append(ev.line)
+        scale = rec["loss_scale"].to_numpy()
+        ok = np.isfinite(scale)
+        if ok.any():
+            items += self._record_items(scale[ok], rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok], ev_lines)
         items.sort(key=lambda item: item[0])
         alerts: list[Alert] = []
-        for line, step, old, new, overflow in items:
+        for line, step, old, new, overflow, last_record_step, interval in items:
+            if last_record_step is not None:  # the state as if every record before had been seen
+                self._last_record_step = last_record_step if last_record_step >= 0 else None
+                self._interval = interval if interval is not None and interval > 0 else None
             alert = self._observe(line, step, old, new, overflow)
             if alert is not None:
                 alerts.append(alert)
+        if ok.any():
+            self._last_record_step = int(rec["step"].to_numpy()[ok][-1])
+            self._interval = self._final_interval
         return alerts
+
+    def _record_items(
+        self, scale: np.ndarray, steps: np.ndarray, lines: np.ndarray, ev_lines: list[int]
+    ) -> list[tuple[int, int, float | None, float | None, bool, int | None, int | None]]:
+        """The records whose scale or spacing can change anything; the rest repeat the last scale.
+
+        Each item carries the previous record's step and the log interval before it, so that
+        skipping the repeats does not change what `_observe` concludes.
+        """
+        prev_step = np.concatenate([[self._last_record_step if self._last_record_step is not None else -1], steps[:-1]])
+        prev_scale = np.concatenate([[self._last_record_scale], scale[:-1]])
+        gaps = np.where(prev_step >= 0, steps - prev_step, 0)
+        positive = np.where(gaps > 0, gaps, np.iinfo(np.int64).max)
+        start_interval = self._interval if self._interval is not None else np.iinfo(np.int64).max
+        interval_after = np.minimum.accumulate(np.concatenate([[start_interval], positive]))
+        interval_before = interval_after[:-1]
+        self._final_interval = None if interval_after[-1] == np.iinfo(np.int64).max else int(interval_after[-1])
+        self._last_record_scale = float(scale[-1])
+        look = (scale != prev_scale) | (gaps <= 0) | (gaps != interval_before)
+        for line in ev_lines:  # the record after an overflow line shows its effect
+            i = int(np.searchsorted(lines, line))
+            if i < len(look):
+                look[i] = True
+        look[1:] |= look[:-1].copy()  # and the record after any of these may end a cascade
+        if self._chain_step is not None:
+            look[0] = True
+        no_interval = np.iinfo(np.int64).max
+        return [
+            (
+                int(lines[i]),
+                int(steps[i]),
+                None,
+                float(scale[i]),
+                False,
+                int(prev_step[i]),
+                None if interval_before[i] == no_interval else int(interval_before[i]),
+            )
+            for i in np.flatnonzero(look).tolist()
+        ]
 
     def _observe(self, line: int, step: int, old: float | None, new: float | None, overflow: bool) -> Alert | None:
         if new == -1.0:

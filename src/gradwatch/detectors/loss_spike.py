@@ -102,7 +102,7 @@ class LossSpike(Detector):
         alerts: list[Alert] = []
         start = self._seen
         self._seen += len(loss)
-        for kind, pos in self._incident.scan(start, len(loss), np.array(hits, dtype=int), steps):
+        for kind, pos, first in self._incident.scan(start, len(loss), np.array(hits, dtype=int), steps):
             if kind == "close":
                 alerts.append(
                     self.alert(
@@ -113,7 +113,7 @@ class LossSpike(Detector):
                         float(loss[pos]),
                         None,
                         None,
-                        f"loss back at its baseline (spike began at step {self._incident.first_step})",
+                        f"loss back at its baseline (spike began at step {first})",
                         "no action needed; note the steps in case the run degrades later",
                     )
                 )
@@ -135,8 +135,7 @@ class LossSpike(Detector):
                     value,
                     base,
                     base + max(rel_floor * base, 0.0),
-                    f"loss {value:.4g} is {ratio} its recent median {base:.4g}"
-                    f" (+{value - base:.3g}){per}{note}",
+                    f"loss {value:.4g} is {ratio} its recent median {base:.4g} (+{value - base:.3g}){per}{note}",
                     _HINT,
                 )
             )

@@ -65,7 +65,7 @@ class Nonfinite(Detector):
         steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
         start = self._seen
         self._seen += len(rec)
-        for kind, pos in self._incident.scan(start, len(rec), np.flatnonzero(bad), steps):
+        for kind, pos, first in self._incident.scan(start, len(rec), np.flatnonzero(bad), steps):
             if kind == "close":
                 alerts.append(
                     self.alert(
@@ -76,7 +76,7 @@ class Nonfinite(Detector):
                         None,
                         None,
                         None,
-                        f"metrics finite again (non-finite values began at step {self._incident.first_step})",
+                        f"metrics finite again (non-finite values began at step {first})",
                         "check that the run's loss is back at its level before the NaN",
                     )
                 )

@@ -21,7 +21,7 @@ import numpy as np
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import Detector, DetectorConfig
-from gradwatch.events import EventKind
+from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch
 
 GPT2_VOCAB = 50257
@@ -74,28 +74,59 @@ class ResumeRegression(Detector):
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = batch.records
-        items: list[tuple[int, int, object]] = [
-            (ev.line, 0, ev) for ev in batch.events if ev.kind in (EventKind.CHECKPOINT_LOAD, EventKind.VOCAB)
-        ]
         loss, grad = rec["loss"].to_numpy(), rec["grad_norm"].to_numpy()
-        steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
-        logged = np.flatnonzero(np.isfinite(loss) | np.isfinite(grad))
-        items += [(int(lines[i]), 1, int(i)) for i in logged]
-        items.sort(key=lambda t: (t[0], t[1]))
+        logged = np.isfinite(loss) | np.isfinite(grad)
+        loss, grad = loss[logged], grad[logged]
+        steps, lines = rec["step"].to_numpy()[logged], rec["line"].to_numpy()[logged]
+        events = [ev for ev in batch.events if ev.kind in (EventKind.CHECKPOINT_LOAD, EventKind.VOCAB)]
+        # records that may start a probe: the first one, and steps going backwards
+        prev = np.concatenate([[self._last_step if self._last_step is not None else -1], steps[:-1]])
+        special = steps < prev
+        if self._last_step is None and len(steps):
+            special[0] = True
         alerts: list[Alert] = []
-        for line, _, item in items:
-            if isinstance(item, int):
-                alert = self._record(int(steps[item]), line, float(loss[item]), float(grad[item]))
+        pos, n, e = 0, len(steps), 0
+        triggers = np.flatnonzero(special).tolist()
+        t = 0
+        while pos < n or e < len(events):
+            if self._probe is not None and pos < n and (e >= len(events) or lines[pos] < events[e].line):
+                alert = self._record(int(steps[pos]), int(lines[pos]), float(loss[pos]), float(grad[pos]))
                 if alert is not None:
                     alerts.append(alert)
-            else:
-                ev = item
-                if ev.kind is EventKind.VOCAB:  # type: ignore[attr-defined]
-                    if self.config.vocab_size is None:
-                        self._vocab = int(ev.data["size"])  # type: ignore[attr-defined]
-                elif self._probe is None or self._probe.rows:
-                    self._probe = _Probe("a checkpoint was loaded")
+                pos += 1
+                continue
+            while t < len(triggers) and triggers[t] < pos:
+                t += 1
+            stop = triggers[t] if t < len(triggers) else n  # next record that needs a look of its own
+            if e < len(events):
+                stop = min(stop, int(np.searchsorted(lines, events[e].line)))
+            self._extend(loss[pos:stop], grad[pos:stop], steps[pos:stop])  # ordinary records in bulk
+            pos = stop
+            if e < len(events) and (pos >= n or events[e].line < lines[pos]):
+                self._event(events[e])
+                e += 1
+            elif pos < n:
+                alert = self._record(int(steps[pos]), int(lines[pos]), float(loss[pos]), float(grad[pos]))
+                if alert is not None:
+                    alerts.append(alert)
+                pos += 1
         return alerts
+
+    def _extend(self, loss: np.ndarray, grad: np.ndarray, steps: np.ndarray) -> None:
+        """Records with nothing to judge: they only move the pre-resume level."""
+        if len(steps) == 0:
+            return
+        w = self.config.pre_window
+        self._pre_loss.extend(loss[np.isfinite(loss)][-w:].tolist())
+        self._pre_grad.extend(grad[np.isfinite(grad) & (grad > 0)][-w:].tolist())
+        self._last_step = int(steps[-1])
+
+    def _event(self, ev: Event) -> None:
+        if ev.kind is EventKind.VOCAB:
+            if self.config.vocab_size is None:
+                self._vocab = int(ev.data["size"])
+        elif self._probe is None or self._probe.rows:
+            self._probe = _Probe("a checkpoint was loaded")
 
     def _record(self, step: int, line: int, loss: float, grad: float) -> Alert | None:
         cfg = self.config

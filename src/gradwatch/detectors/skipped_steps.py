@@ -34,6 +34,18 @@ class SkippedStepsConfig(DetectorConfig):
     quiet_steps: int = 500
 
 
+class _SkipCounter:
+    """Skip bookkeeping for one source of counts (DeepSpeed's cumulative, or Megatron's per-log)."""
+
+    def __init__(self) -> None:
+        self.total_steps = 0.0
+        self.total_skipped = 0.0
+        self.recent: deque[tuple[int, float]] = deque()  # (step, skipped) of logs that skipped
+        self.recent_sum = 0.0
+        self.all_alerted = False
+        self.quiet_until = -(10**18)
+
+
 class SkippedSteps(Detector):
     id = "skipped_steps"
     description = "optimizer steps skipped faster than the fp16 sawtooth explains, or all of them"
@@ -42,81 +54,98 @@ class SkippedSteps(Detector):
 
     def __init__(self, config: SkippedStepsConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
-        self._last: tuple[int, int] | None = None  # DeepSpeed (step, cumulative skipped)
+        self._deepspeed = _SkipCounter()
+        self._megatron = _SkipCounter()
+        self._last_progress: tuple[int, int] | None = None  # DeepSpeed (step, cumulative skipped)
         self._last_record_step: int | None = None
-        self._recent: deque[tuple[int, float]] = deque()  # (step, skipped in that stretch)
-        self._recent_sum = 0.0
-        self._total_steps = 0.0
-        self._total_skipped = 0.0
-        self._quiet_until = -(10**18)
-        self._all_alerted = False
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
-        items: list[tuple[int, int, int, float]] = []  # line, step, steps covered, skipped
+        alerts: list[Alert] = []
         for ev in batch.events:
             if ev.kind is EventKind.SKIP_COUNT and ev.step is not None:
-                total = int(ev.data["skipped"])
-                if self._last is not None and ev.step > self._last[0] and total >= self._last[1]:
-                    items.append((ev.line, ev.step, ev.step - self._last[0], float(total - self._last[1])))
-                elif self._last is None and ev.step > 0:
-                    items.append((ev.line, ev.step, ev.step, float(total)))
-                self._last = (ev.step, total)
+                alert = self._progress(ev.line, ev.step, int(ev.data["skipped"]))
+                if alert is not None:
+                    alerts.append(alert)
+        rec = batch.records
         skipped = rec["skipped"].to_numpy()
-        steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
-        for pos in np.flatnonzero(np.isfinite(skipped)):
-            step = int(steps[pos])
-            last, self._last_record_step = self._last_record_step, step
-            if last is not None and step > last:
-                items.append((int(lines[pos]), step, step - last, float(skipped[pos])))
-        items.sort()
-        alerts: list[Alert] = []
-        for line, step, covered, k in items:
-            alert = self._observe(line, step, covered, k)
-            if alert is not None:
-                alerts.append(alert)
+        ok = np.isfinite(skipped)
+        if ok.any():
+            alerts += self._records(rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok], skipped[ok])
         return alerts
 
-    def _observe(self, line: int, step: int, covered: int, skipped: float) -> Alert | None:
+    def _progress(self, line: int, step: int, total: int) -> Alert | None:
+        """A DeepSpeed `step=N, skipped=K` line: K is cumulative."""
+        last, self._last_progress = self._last_progress, (step, total)
+        if last is None:
+            covered, skipped = step, float(total)
+        elif step > last[0] and total >= last[1]:
+            covered, skipped = step - last[0], float(total - last[1])
+        else:
+            return None  # another engine's counter, or a restart
+        if covered <= 0:
+            return None
+        return self._observe(self._deepspeed, line, step, covered, skipped)
+
+    def _records(self, steps: np.ndarray, lines: np.ndarray, skipped: np.ndarray) -> list[Alert]:
+        """Megatron's per-log `number of skipped iterations`: only logs that skipped can alert."""
+        prev = np.concatenate([[self._last_record_step if self._last_record_step is not None else -1], steps[:-1]])
+        self._last_record_step = int(steps[-1])
+        covered = np.where((prev >= 0) & (steps > prev), steps - prev, 0)
+        counted = covered > 0
+        c = self._megatron
+        totals_before = c.total_steps + np.cumsum(covered) - covered
+        skipped_before = c.total_skipped + np.cumsum(np.where(counted, skipped, 0.0)) - np.where(counted, skipped, 0.0)
+        alerts: list[Alert] = []
+        for pos in np.flatnonzero(counted & (skipped > 0)).tolist():
+            c.total_steps, c.total_skipped = float(totals_before[pos]), float(skipped_before[pos])
+            alert = self._observe(c, int(lines[pos]), int(steps[pos]), int(covered[pos]), float(skipped[pos]))
+            if alert is not None:
+                alerts.append(alert)
+        c.total_steps = float(totals_before[-1] + covered[-1])
+        c.total_skipped = float(skipped_before[-1] + (skipped[-1] if counted[-1] else 0.0))
+        return alerts
+
+    def _observe(self, c: _SkipCounter, line: int, step: int, covered: int, skipped: float) -> Alert | None:
         cfg = self.config
-        self._total_steps += covered
-        self._total_skipped += skipped
-        self._recent.append((step, skipped))
-        self._recent_sum += skipped
-        while self._recent and self._recent[0][0] <= step - cfg.window:
-            self._recent_sum -= self._recent.popleft()[1]
+        c.total_steps += covered
+        c.total_skipped += skipped
+        if skipped > 0:
+            c.recent.append((step, skipped))
+            c.recent_sum += skipped
+        while c.recent and c.recent[0][0] <= step - cfg.window:
+            c.recent_sum -= c.recent.popleft()[1]
         if (
-            not self._all_alerted
-            and self._total_steps >= cfg.min_steps
-            and self._total_skipped >= cfg.all_skipped_fraction * self._total_steps
+            not c.all_alerted
+            and c.total_steps >= cfg.min_steps
+            and c.total_skipped >= cfg.all_skipped_fraction * c.total_steps
         ):
-            self._all_alerted = True
+            c.all_alerted = True
             return self.alert(
                 Severity.CRITICAL,
                 step,
                 line,
                 "skipped",
-                self._total_skipped,
+                c.total_skipped,
                 None,
-                cfg.all_skipped_fraction * self._total_steps,
-                f"{self._total_skipped:.0f} of {self._total_steps} steps skipped: the run is not training",
+                cfg.all_skipped_fraction * c.total_steps,
+                f"{c.total_skipped:.0f} of {c.total_steps:.0f} steps skipped: the run is not training",
                 _HINT,
             )
-        if step <= cfg.calibration_steps or step <= self._quiet_until:
+        if step <= cfg.calibration_steps or step <= c.quiet_until:
             return None
         span = min(cfg.window, step)
-        n = self._recent_sum
-        if n / span > cfg.max_rate:
-            self._quiet_until = step + cfg.quiet_steps
+        if c.recent_sum / span > cfg.max_rate:
+            c.quiet_until = step + cfg.quiet_steps
             return self.alert(
                 Severity.WARNING,
                 step,
                 line,
                 "skipped",
-                n,
+                c.recent_sum,
                 None,
                 cfg.max_rate * span,
-                f"{n:.0f} of the last {span} steps were skipped (rate {n / span:.2f} > {cfg.max_rate:g})",
+                f"{c.recent_sum:.0f} of the last {span} steps were skipped "
+                f"(rate {c.recent_sum / span:.2f} > {cfg.max_rate:g})",
                 _HINT,
             )
         return None

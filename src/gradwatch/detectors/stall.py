@@ -6,7 +6,9 @@ line of any kind (BLOOM tr11 after iteration 45000: only PULSE watchdog lines fo
 the trainer said it exited or crashed after its last record (that is an end, not a hang). Gaps
 between two timestamped records are reported too (the job hung, then went on). The limit is
 max(`factor` x the typical time between records, `floor_s`); until the log has shown its pace
-(a logged step time, or `min_gaps` timed records) nothing is judged. Live commands use the wall clock.
+(a logged step time, or `min_gaps` timed records) nothing is judged. Live commands use the wall clock:
+`wall_clock_stall(now, last_step_at)` takes the clock from its caller (scan: the file's mtime when
+the last step was read), so the detector never reads the time itself and tests can set it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import Detector, DetectorConfig
@@ -59,6 +62,7 @@ class Stall(Detector):
         self._last_step_ts: float | None = None
         self._last_ts: float | None = None
         self._ended = False  # the trainer exited or crashed after its last record
+        self._wall_alerted: tuple[int, int] | None = None  # last step already reported as stalled
 
     def limit(self) -> float:
         """Seconds without a new step that count as a stall (inf until the usual pace is known)."""
@@ -68,28 +72,17 @@ class Stall(Detector):
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = batch.records
-        alerts: list[Alert] = []
-        steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
-        ts, step_time = rec["ts"].to_numpy(), rec["step_time_s"].to_numpy()
-        for pos in range(len(rec)):
-            step, line = int(steps[pos]), int(lines[pos])
-            if step < 0:
-                continue
-            prev_step = self._last_step
-            if step_time[pos] == step_time[pos]:
-                covered = step - prev_step[0] if prev_step and step > prev_step[0] else 1
-                self._gaps.append(float(step_time[pos]) * covered)
-            if ts[pos] == ts[pos]:
-                t = float(ts[pos])
-                if self._last is not None and step > self._last[0]:
-                    gap = t - self._last[2]
-                    if gap > self.limit():
-                        alerts.append(self._stalled(self._last[0], self._last[1], gap, resumed_at=step))
-                    elif step_time[pos] != step_time[pos] and gap > 0:
-                        self._gaps.append(gap)
-                self._last = (step, line, t)
-            self._last_step = (step, line)
-            self._ended = False
+        keep = rec["step"].to_numpy() >= 0
+        alerts = (
+            self._records(
+                rec["step"].to_numpy()[keep],
+                rec["line"].to_numpy()[keep],
+                rec["ts"].to_numpy()[keep],
+                rec["step_time_s"].to_numpy()[keep],
+            )
+            if keep.any()
+            else []
+        )
         last_line = self._last_step[1] if self._last_step else 0
         if any(ev.kind in _ENDS and ev.line > last_line for ev in batch.events):
             self._ended = True
@@ -97,6 +90,46 @@ class Stall(Detector):
             self._last_step_ts = batch.last_step_ts
         if batch.last_ts is not None:
             self._last_ts = batch.last_ts
+        return alerts
+
+    def _records(self, steps: np.ndarray, lines: np.ndarray, ts: np.ndarray, step_time: np.ndarray) -> list[Alert]:
+        """The pace (step times, gaps between timed records) and the gaps that were stalls.
+
+        Vectorised: each record's limit comes from the pace values logged before it.
+        """
+        cfg = self.config
+        prev_step = np.concatenate([[self._last_step[0] if self._last_step else -1], steps[:-1]])
+        covered = np.where((prev_step >= 0) & (steps > prev_step), steps - prev_step, 1)
+        # gaps between consecutive timed records (each against the timed record before it)
+        timed = np.isfinite(ts)
+        last_t = np.concatenate([[self._last[2] if self._last else np.nan], ts])
+        last_s = np.concatenate([[self._last[0] if self._last else -1], steps]).astype(float)
+        last_l = np.concatenate([[self._last[1] if self._last else -1], lines])
+        idx = np.where(np.concatenate([[self._last is not None], timed]), np.arange(len(ts) + 1), 0)
+        idx = np.maximum.accumulate(idx)[:-1]  # for each record: the timed record before it
+        gap = np.where(timed & (steps > last_s[idx]), ts - last_t[idx], np.nan)
+        # the pace: a logged step time (times the steps it covers), else the gap of a timed record
+        pace = np.where(np.isfinite(step_time), step_time * covered, np.where(gap > 0, gap, np.nan))
+        tail = np.array(self._gaps, dtype=float)
+        values = pace[np.isfinite(pace)]
+        joined = np.concatenate([tail, values])
+        medians = pd.Series(np.concatenate([joined, [np.nan]])).rolling(cfg.history, min_periods=1).median().to_numpy()
+        before = len(tail) + np.cumsum(np.isfinite(pace)) - np.isfinite(pace)  # pace values before each row
+        known = np.minimum(before, cfg.history) >= cfg.min_gaps
+        limit = np.where(known, np.maximum(cfg.factor * medians[np.maximum(before - 1, 0)], cfg.floor_s), np.inf)
+        alerts = [
+            self._stalled(
+                int(last_s[idx[i]]), int(last_l[idx[i]]), float(gap[i]), resumed_at=int(steps[i]), limit=float(limit[i])
+            )
+            for i in np.flatnonzero(gap > limit).tolist()
+        ]
+        self._gaps.extend(values[-cfg.history :].tolist())
+        timed_rows = np.flatnonzero(timed)
+        if len(timed_rows):
+            i = int(timed_rows[-1])
+            self._last = (int(steps[i]), int(lines[i]), float(ts[i]))
+        self._last_step = (int(steps[-1]), int(lines[-1]))
+        self._ended = False
         return alerts
 
     def finish(self) -> list[Alert]:
@@ -107,9 +140,33 @@ class Stall(Detector):
             return [self._stalled(*self._last_step, silent, resumed_at=None)]
         return []
 
-    def _stalled(self, step: int, line: int, seconds: float, resumed_at: int | None) -> Alert:
-        limit = self.limit()
-        then = f"; steps resumed at {resumed_at}" if resumed_at is not None else " while the log went on"
+    def wall_clock_stall(self, now: float, last_step_at: float) -> list[Alert]:
+        """Is the run silent by the wall clock? For commands that watch live logs (scan, tail).
+
+        `last_step_at` is when the last step was written (seconds since the epoch, like `now`).
+        One alert per stalled step: a run that resumes and stalls again alerts again; a run whose
+        log said it ended is not stalled.
+        """
+        if self._ended or self._last_step is None or self._last_step == self._wall_alerted:
+            return []
+        silent = now - last_step_at
+        if silent <= self.limit():
+            return []
+        self._wall_alerted = self._last_step
+        return [self._stalled(*self._last_step, silent, resumed_at=None, then=" (by the wall clock)")]
+
+    def _stalled(
+        self,
+        step: int,
+        line: int,
+        seconds: float,
+        resumed_at: int | None,
+        then: str | None = None,
+        limit: float | None = None,
+    ) -> Alert:
+        limit = self.limit() if limit is None else limit
+        if then is None:
+            then = f"; steps resumed at {resumed_at}" if resumed_at is not None else " while the log went on"
         return self.alert(
             Severity.WARNING,
             step,

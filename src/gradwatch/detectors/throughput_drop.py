@@ -45,6 +45,7 @@ class ThroughputDrop(Detector):
         self._low_run = 0
         self._low_start: tuple[int, int, float] | None = None  # step, line, baseline
         self._in_drop = False
+        self._prev_low = False
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = batch.records
@@ -66,15 +67,12 @@ class ThroughputDrop(Detector):
         n_prev = np.minimum(np.arange(self._seen, self._seen + len(values)), self.config.window)
         self._seen += len(values)
         low = (n_prev >= self.config.min_history) & (values < self.config.fraction * med)
+        # only low logs and the first log after them change anything: the rest are skipped
+        prev_low = np.concatenate([[self._prev_low], low[:-1]])
+        self._prev_low = bool(low[-1])
         alerts: list[Alert] = []
-        for pos in range(len(values)):
-            alert = self._observe(
-                bool(low[pos]),
-                int(steps[pos]),
-                int(lines[pos]),
-                float(values[pos]),
-                float(med[pos]),
-            )
+        for pos in np.flatnonzero(low | prev_low).tolist():
+            alert = self._observe(bool(low[pos]), int(steps[pos]), int(lines[pos]), float(values[pos]), float(med[pos]))
             if alert is not None:
                 alerts.append(alert)
         return alerts

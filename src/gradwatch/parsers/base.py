@@ -71,7 +71,9 @@ class ParseOutput:
         """Many records at once (the bulk path), in line order."""
         self.records.add_columns(steps, lines, ts, metrics, nonfinite, parser)
         self.counts[parser] = self.counts.get(parser, 0) + len(steps)
-        self.last_step = int(steps[-1])
+        known = steps[steps >= 0]
+        if len(known):
+            self.last_step = int(known[-1])
         last_ts = float(ts[-1])
         self.last_step_ts, self.step_ts_pending = (None, True) if last_ts != last_ts else (last_ts, False)
 
@@ -96,7 +98,8 @@ class Parser(ABC):
     #: A regex that finds something in every line this parser may consume (while it is not
     #: collecting a multi-line record). The stream searches whole blocks with the union of
     #: these and hands only matching lines to the parsers: most lines of a log are noise.
-    #: None means the parser must see every line (slower).
+    #: It is joined with the other parsers' into one flat alternation, so it must be a top-level
+    #: alternation of simple pieces without anchors. None: the parser must see every line (slower).
     scan: ClassVar[str | None] = None
     #: True for parsers whose lines also appear inside other trainers' logs (DeepSpeed engine
     #: lines in a Megatron log): they never name the file's format unless nothing else matched

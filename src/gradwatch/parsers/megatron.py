@@ -5,6 +5,8 @@ form with throughput, the argonne fork's `key=value` form, tr11's seconds instea
 `lm-loss`, and records hard-wrapped over several physical lines. Validation blocks, checkpoint
 load/save, "will start from random" and the padded vocab size become events.
 
+The same iteration printed by several ranks, one copy after the other, is one record.
+
 A record that has a loss scale or grad norm but no loss field is a NaN step: Megatron omits the
 loss when it is not finite (tr8-104B iteration 9027). During fp16 start-up calibration the loss is
 omitted too, but those records report skipped iterations, so they are not flagged.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import typing
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +77,7 @@ class MegatronParser(Parser):
         self._key_cache: dict[str, object] = {}  # raw field name -> _FIELDS entry (or None)
         self._template: _Template | None = None
         self._bulk_template: _Template | None = None
+        self._last_record_step: int | None = None
         self.total_steps: int | None = None
 
     @property
@@ -92,7 +96,7 @@ class MegatronParser(Parser):
                 else:
                     self._pending = (joined, first_line, first_ts)
                 return True
-            self.flush(out)
+            self._emit_pending(out)
         if "iteration" not in text:
             return self._other(text, line, ts, out)
         m = _ITERATION.search(text)
@@ -111,6 +115,14 @@ class MegatronParser(Parser):
         return "|" in text and not stripped.startswith(("[", "(", "time (ms)")) and not _ITERATION.match(stripped)
 
     def flush(self, out: ParseOutput) -> None:
+        """End of input. A record still open here was cut mid-line (records end with `|`): its last,
+        unterminated field may hold a shortened number (`9.54` of `9.541234E-01`), so it is dropped."""
+        if self._pending is not None:
+            text, line, ts = self._pending
+            self._pending = (text[: text.rfind("|") + 1], line, ts)
+            self._emit_pending(out)
+
+    def _emit_pending(self, out: ParseOutput) -> None:
         if self._pending is not None:
             text, line, ts = self._pending
             self._pending = None
@@ -121,6 +133,9 @@ class MegatronParser(Parser):
         assert m is not None
         step = int(m.group(1))
         self.total_steps = int(m.group(2))
+        if step == self._last_record_step:
+            return  # the same iteration printed again by another rank
+        self._last_record_step = step
         body = text[m.end() :]
         template = self._template
         found = template.line.match(body) if template is not None else None
@@ -129,7 +144,7 @@ class MegatronParser(Parser):
             self._template = _compile_template(body)
         else:
             metrics, nonfinite = {}, []
-            for (name, scale), value in zip(template.specs, found.groups()):  # type: ignore[union-attr]
+            for (name, scale), value in zip(template.specs, found.groups(), strict=False):  # type: ignore[union-attr]
                 try:
                     v = float(value)
                 except ValueError:
@@ -143,6 +158,8 @@ class MegatronParser(Parser):
                 metrics[name] = v
         if metrics.get("loss_scale") == -1.0:  # 2021 pipeline runs print -1.0 as "not computed"
             del metrics["loss_scale"]
+        if metrics.get("loss") == 0.0 and metrics.get("skipped"):
+            del metrics["loss"]  # every iteration of the interval was skipped: the mean of nothing
         if "loss" in metrics:
             self._seen_loss = True
         elif (
@@ -170,7 +187,8 @@ class MegatronParser(Parser):
         t = self._bulk_template
         assert t is not None
         table = np.array([m.groups() for m in matches], dtype=str)
-        steps = table[:, 0].astype(np.int64)
+        # a step of 19+ digits is garbage, not a step (and beyond int64): no step, as per line
+        steps = np.where(np.char.str_len(table[:, 0]) > 18, "-1", table[:, 0]).astype(np.int64)
         self.total_steps = int(table[-1, 1])
         metrics: dict[str, np.ndarray] = {}
         flagged: dict[str, np.ndarray] = {}
@@ -181,6 +199,8 @@ class MegatronParser(Parser):
             flagged[name] = ~np.isfinite(values) & ~unreadable
         if "loss_scale" in metrics:
             metrics["loss_scale"][metrics["loss_scale"] == -1.0] = np.nan
+        if "loss" in metrics and "skipped" in metrics:
+            metrics["loss"][(metrics["loss"] == 0.0) & (metrics["skipped"] > 0)] = np.nan
         nonfinite = np.full(len(matches), "", dtype=object)
         any_bad = np.zeros(len(matches), dtype=bool)
         for mask in flagged.values():
@@ -195,7 +215,16 @@ class MegatronParser(Parser):
                 if stamp is not None:
                     ts[row] = stamp
         self._seen_loss = True
-        out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), ts, metrics, nonfinite)
+        # the same iteration printed again by another rank, right after the first copy
+        last = self._last_record_step if self._last_record_step is not None else -2
+        fresh = steps != np.concatenate([[last], steps[:-1]])
+        self._last_record_step = int(steps[-1])
+        if not fresh.all():
+            steps, ts, nonfinite = steps[fresh], ts[fresh], nonfinite[fresh]
+            metrics = {name: values[fresh] for name, values in metrics.items()}
+            linenos = [n for n, keep in zip(linenos, fresh.tolist(), strict=True) if keep]
+        if len(steps):
+            out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), ts, metrics, nonfinite)
 
     def _fields(self, body: str) -> tuple[dict[str, float], list[str]]:
         """Every known `key: value` field of a record body, whatever its order and form."""
@@ -227,7 +256,7 @@ class MegatronParser(Parser):
                     v = number(value)
                 except ValueError:
                     continue
-            name, scale = spec  # type: ignore[misc]
+            name, scale = typing.cast(tuple[str, float], spec)
             v *= scale
             if v != v or v in (_INF, _NEG_INF):
                 nonfinite.append(name)
@@ -326,9 +355,7 @@ def _compile_template(body: str) -> _Template | None:
     if not specs:
         return None
     line = re.compile(r"\|".join(line_pieces) + r"$")
-    block = re.compile(
-        r"iteration[=:]?[ \t]*(\d+)[ \t]*/[ \t]*(\d+)" + r"\|".join(block_pieces) + r"[ \t\r]*$", re.M
-    )
+    block = re.compile(r"iteration[=:]?[ \t]*(\d+)[ \t]*/[ \t]*(\d+)" + r"\|".join(block_pieces) + r"[ \t\r]*$", re.M)
     return _Template(line, block, tuple(specs))
 
 

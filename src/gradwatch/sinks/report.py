@@ -15,6 +15,7 @@ from gradwatch.alerts import Alert, Severity
 from gradwatch.errors import ExitCode
 from gradwatch.pipeline import FileSummary
 from gradwatch.sinks.safe import safe_text
+from gradwatch.sinks.sparkline import sparkline
 
 SEVERITY_STYLE = {Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.CRITICAL: "bold red"}
 #: The metrics shown as "last values", in this order, when the log has them.
@@ -119,6 +120,8 @@ class Report:
             values.add_row(*[_fmt(f.last_values[n]) for n in names])
             body.append(Text("  last values", style="dim"))
             body.append(_indent(values))
+            body.append(Text(f"  shape over {steps} (worst value per cell)", style="dim"))
+            body.append(_indent(_shapes(f, names)))
         if alerts:
             table = Table(box=None, show_header=True, header_style="dim", padding=(0, 1), pad_edge=False)
             table.add_column("severity")
@@ -162,6 +165,22 @@ class Report:
             t.append(f"; {bad} file{'s' if bad != 1 else ''} unreadable or without metrics", style="red")
         t.append(f"  (exit {int(self.exit_code)})", style="dim")
         return t
+
+
+def _shapes(f: FileSummary, names: list[str]) -> Table:
+    """Per metric: its sparkline and its range, every sparkline over the same steps (a resume included)."""
+    spans = [r for b in f.shapes.values() if (r := b.x_range()) is not None]
+    steps = (min(r[0] for r in spans), max(r[1] for r in spans)) if spans else (0.0, 0.0)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim")
+    grid.add_column()
+    grid.add_column(style="dim")
+    for name in names:
+        buckets = f.shapes.get(name)
+        if buckets is not None and len(buckets):
+            whole = buckets.envelope(1)
+            grid.add_row(name, sparkline(buckets, name, steps), f"{_fmt(whole.lo[0])} .. {_fmt(whole.hi[0])}")
+    return grid
 
 
 def _fmt(v: float) -> str:

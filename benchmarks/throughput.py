@@ -1,0 +1,96 @@
+"""Benchmark: `gradwatch check` throughput and memory against grep and cat, one command.
+
+    .venv/bin/python benchmarks/throughput.py [--size-mb 1024] [--formats megatron-deepspeed,olmo,...]
+
+For each format, generates (once, into benchmarks/data/, git-ignored) a realistic log of about
+SIZE MB with src/gradwatch/synth.py: Megatron-DeepSpeed fp16 with its timer and DeepSpeed lines,
+OLMo multi-line records, HF Trainer dict lines, JSON lines. Then, in the same run and on the same
+warm file, times `cat FILE > /dev/null`, `grep -c PATTERN FILE` and `gradwatch check --output json
+FILE` (the full pipeline: parsing, all detectors, the report), each as a child process whose peak
+RSS is read with wait4. Prints MB/s, the ratio to grep and peak RSS per format, then start-up
+times: `gradwatch --help` and `check` on a one-line file. Figures vary with the machine's load:
+compare ratios, not seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gradwatch.synth import RunSpec, write_sized
+
+DATA = Path(__file__).resolve().parent / "data"
+GRADWATCH = [sys.executable, "-m", "gradwatch"]
+#: what grep counts in each format: its record lines
+PATTERNS = {
+    "megatron-deepspeed": " iteration ",
+    "megatron-lm": " iteration ",
+    "olmo": "[step=",
+    "composer": "[batch=",
+    "torchtitan": "step:",
+    "hf-trainer": "'loss'",
+    "jsonl": '"loss"',
+}
+
+
+def timed(argv: list[str], stdout: int | None = subprocess.DEVNULL) -> tuple[float, float, int]:
+    """Run argv; return (wall seconds, peak RSS in MB, exit code) of that child alone."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
+
+
+def best(argv: list[str], repeat: int) -> tuple[float, float, int]:
+    runs = [timed(argv) for _ in range(repeat)]
+    return min(runs, key=lambda r: r[0])
+
+
+def log_for(fmt: str, size_mb: int) -> Path:
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = DATA / f"{fmt}-{size_mb}mb.log"
+    if not path.exists():
+        print(f"generating {path.name} ...", file=sys.stderr, flush=True)
+        tmp = path.with_suffix(".tmp")
+        write_sized(tmp, RunSpec(fmt=fmt, seed=1), size_mb << 20)
+        tmp.rename(path)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--formats", default="megatron-deepspeed,olmo,hf-trainer,jsonl")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per command; the fastest counts")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}; page cache warm (cat first)")
+    print(f"{'format':<20}{'MB':>7}{'cat s':>8}{'grep s':>8}{'check s':>9}{'MB/s':>8}{'x grep':>8}{'RSS MB':>8}  exit")
+    for fmt in args.formats.split(","):
+        path = log_for(fmt, args.size_mb)
+        mb = path.stat().st_size / 1e6
+        cat, _, _ = best(["sh", "-c", f"cat '{path}' > /dev/null"], args.repeat)
+        grep, _, _ = best(["grep", "-c", PATTERNS[fmt], str(path)], args.repeat)
+        check, rss, code = best([*GRADWATCH, "check", "--output", "json", str(path)], args.repeat)
+        print(
+            f"{fmt:<20}{mb:>7.0f}{cat:>8.2f}{grep:>8.2f}{check:>9.2f}{mb / check:>8.0f}{check / grep:>8.1f}"
+            f"{rss:>8.0f}  {code}"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        one = Path(tmp) / "one.log"
+        one.write_text(" iteration        1/     100 | lm loss: 1.1E+01 | grad norm: 1.0 |\n")
+        help_s, help_rss, _ = best([*GRADWATCH, "--help"], 3)
+        one_s, one_rss, _ = best([*GRADWATCH, "check", str(one)], 3)
+    print(
+        f"start-up: `gradwatch --help` {help_s:.2f} s ({help_rss:.0f} MB); "
+        f"`gradwatch check` on a one-line file {one_s:.2f} s ({one_rss:.0f} MB)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""`gradwatch tail`: follow live logs, alert as things happen, run a command for the bad alerts.
+
+One loop on the main thread: wait for a wake-up (a filesystem event, or the poll timer), read
+what is new in every file, feed each file's own `FileCheck`, and hand alerts, file notices and
+statuses to the output. History is read first in whole chunks, so baselines are warm when
+following starts (`--from-end` skips it; detectors then start cold). `--on-alert` commands run on
+a worker thread, one at a time, so a slow pager never delays reading; they run only for alerts
+found while following, not for the history (an old alert must not `scancel` a job that has since
+recovered). The stall detector is also asked, at every wake-up, about silence by the wall clock.
+
+Exit codes are check's: 1 when an alert at or above `--exit-on` (else warning) was seen, 0 if not.
+Ctrl-C and SIGTERM read what is left, close the files (their partial last line is parsed) and
+print the summary. Line numbers in alerts count from where following began, across rotations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from gradwatch.alerts import Alert, Severity
+from gradwatch.config import Settings
+from gradwatch.detectors.stall import Stall
+from gradwatch.errors import ExitCode, UsageError
+from gradwatch.parsers.stream import Batch
+from gradwatch.pipeline import FileCheck
+from gradwatch.sinks.notify import run_command
+from gradwatch.sinks.tailing import Notice, TailSink, TailStatus, TailSummary, severity_counts
+from gradwatch.sources.follow import Follower
+from gradwatch.sources.wake import choose_waker
+
+__all__ = ["TailOptions", "run_tail"]
+
+#: Every file is looked at this often even without an event (a safety net for missed events);
+#: it is also the pace of the live view's age counters.
+LOOK_EVERY_S = 0.5
+#: Globs and directories are searched for new files at least this often (and after each
+#: create/move/delete event).
+RESCAN_EVERY_S = 1.0
+#: lines/s is measured over this window.
+RATE_WINDOW_S = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TailOptions:
+    """The command line of `gradwatch tail`, as given."""
+
+    paths: tuple[str, ...]
+    fmt: str | None = None
+    poll: float | None = None
+    from_end: bool = False
+    #: live, text or jsonl; None: live on a terminal, text otherwise
+    output: str | None = None
+    on_alert: str | None = None
+    on_alert_severity: str = "critical"
+    on_alert_timeout: float = 30.0
+    exit_on: str | None = None
+    status_every: float = 300.0
+
+
+def run_tail(opts: TailOptions, settings: Settings, clock: Callable[[], float] = time.time) -> ExitCode:
+    """Follow until Ctrl-C, SIGTERM or an `--exit-on` alert; returns the exit code.
+
+    Raises:
+        UsageError: an unknown format, an `--on-alert` command that cannot run, `-` as a path,
+            or `--output live` without a terminal.
+    """
+    if "-" in opts.paths:
+        raise UsageError("tail cannot read standard input yet: give the log file's path")
+    if opts.fmt is not None and opts.fmt not in {c.name for c in settings.custom_formats}:
+        from gradwatch.parsers import new_parsers
+
+        new_parsers(opts.fmt)  # raises UsageError naming the known formats
+    argv = _command(opts.on_alert)
+    return _Tail(opts, settings, _sink(opts.output), argv, clock).run()
+
+
+def _command(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    try:
+        argv = shlex.split(text)
+    except ValueError as e:
+        raise UsageError(f"--on-alert {text!r}: {e}") from None
+    if not argv:
+        raise UsageError("--on-alert: the command is empty")
+    if shutil.which(argv[0]) is None:
+        raise UsageError(f"--on-alert: {argv[0]!r} is neither an executable file nor a command on PATH")
+    return argv
+
+
+def _sink(output: str | None) -> TailSink:
+    tty = sys.stdout.isatty()
+    output = output or ("live" if tty else "text")
+    if output == "jsonl":
+        from gradwatch.sinks.lines import JsonlSink
+
+        return JsonlSink(sys.stdout)
+    from gradwatch.commands.console import stdout_console
+
+    if output == "live":
+        if not tty:
+            raise UsageError("--output live needs a terminal on stdout; use --output text or --output jsonl")
+        from gradwatch.sinks.live import LiveSink
+
+        return LiveSink(stdout_console())
+    from gradwatch.sinks.lines import TextSink
+
+    return TextSink(stdout_console())
+
+
+class _Tail:
+    """The state of one run. It is also the `FollowEvents` that the follower reports to."""
+
+    def __init__(
+        self, opts: TailOptions, settings: Settings, sink: TailSink, argv: list[str] | None, clock: Callable[[], float]
+    ) -> None:
+        self.opts, self.settings, self.sink, self.argv, self.clock = opts, settings, sink, argv, clock
+        self.on_alert_level = Severity.parse(opts.on_alert_severity)
+        self.exit_level = Severity.parse(opts.exit_on) if opts.exit_on else None
+        self.checks: dict[str, FileCheck] = {}
+        self.stalls: dict[str, Stall | None] = {}
+        self.last_step_at: dict[str, float] = {}
+        self.alerts: list[Alert] = []
+        self.following = False  # history is read: alerts may run --on-alert
+        self.reason: str | None = None  # why the run stops; None while it goes on
+        self.last_data: float | None = None
+        self.rate: deque[tuple[float, int]] = deque()
+        self.commands = ThreadPoolExecutor(max_workers=1, thread_name_prefix="on-alert") if argv else None
+        self.pending: list[tuple[Alert, Future[str | None]]] = []
+        self.follower = Follower(list(opts.paths), self._on_data, self, from_end=opts.from_end)
+        self.waker = choose_waker(opts.poll, self.follower.watch_dirs())
+
+    # ---- FollowEvents ---------------------------------------------------------------------------
+    def file_added(self, path: str) -> None:
+        self.sink.notice(Notice("added", path))
+
+    def file_rotated(self, path: str) -> None:
+        self.sink.notice(Notice("rotated", path, "old file read to its end; the new one is read from its start"))
+
+    def file_truncated(self, path: str) -> None:
+        self.sink.notice(Notice("truncated", path, "read again from its start"))
+
+    def file_missing(self, path: str) -> None:
+        self.sink.notice(Notice("missing", path, "waiting for it"))
+
+    def file_unreadable(self, path: str, reason: str) -> None:
+        self.sink.notice(Notice("unreadable", path, f"{reason}; trying again"))
+
+    # ---- the run --------------------------------------------------------------------------------
+    def run(self) -> ExitCode:
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM ends like Ctrl-C
+        try:
+            self._follow()
+        except KeyboardInterrupt:
+            self.reason = "interrupted"
+            self._read_rest()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self._shut_down()
+        return self._exit_code()
+
+    def _follow(self) -> None:
+        self.follower.poll(rescan=True)  # the history, in whole chunks
+        self.following = True
+        now = self.clock()
+        self.waker.watch(self.follower.watch_dirs())
+        self.sink.start(self._status(now))
+        next_status, last_scan = now + self.opts.status_every, now
+        while self.reason is None:
+            changed = self.waker.wait(max(0.0, min(LOOK_EVERY_S, next_status - now)))
+            now = self.clock()
+            rescan = changed or now - last_scan >= RESCAN_EVERY_S
+            self.follower.poll(rescan)
+            if rescan:
+                self.waker.watch(self.follower.watch_dirs())
+                last_scan = now
+            self._wall_clock_stalls(now)
+            self._report_commands()
+            periodic = now >= next_status
+            if periodic:
+                next_status = now + self.opts.status_every
+            self.sink.status(self._status(now), periodic)
+
+    def _read_rest(self) -> None:
+        """After Ctrl-C: what was written up to now, then the end of every file."""
+        self.follower.poll(rescan=False)
+        for check in self.checks.values():
+            self._dispatch(check.close())
+
+    def _shut_down(self) -> None:
+        self.waker.close()
+        self.follower.close()
+        if self.commands is not None:
+            self.commands.shutdown(wait=True)  # an --exit-on run must still page someone
+            self._report_commands()
+        files = [
+            dataclasses.replace(c.summary, format=c.stream.format, lines=c.stream.lines) for c in self.checks.values()
+        ]
+        code = self._exit_code()
+        self.sink.close(TailSummary(files, severity_counts(self.alerts), int(code), self.reason or "error"))
+
+    def _exit_code(self) -> ExitCode:
+        level = self.exit_level if self.exit_level is not None else Severity.WARNING
+        return ExitCode.ALERTS if any(a.severity >= level for a in self.alerts) else ExitCode.OK
+
+    # ---- data in, alerts out --------------------------------------------------------------------
+    def _on_data(self, path: str, data: bytes) -> None:
+        if self.reason is not None:
+            return  # --exit-on fired earlier in this read: nothing more is judged
+        check = self.checks.get(path)
+        if check is None:
+            check = self.checks[path] = FileCheck(
+                path, self.settings, self.opts.fmt, on_batch=lambda batch: self._on_batch(path, batch)
+            )
+            self.stalls[path] = next((d for d in check.detectors if isinstance(d, Stall)), None)
+        self.last_data = self.clock()
+        self._dispatch(check.feed(data))
+
+    def _on_batch(self, path: str, batch: Batch) -> None:
+        if len(batch.records):
+            now = self.clock()
+            # history: the file's last write is the best guess of when its last step was logged
+            self.last_step_at[path] = now if self.following else min(now, _mtime(path, now))
+        self.sink.batch(self.checks[path], batch)
+
+    def _dispatch(self, alerts: list[Alert]) -> None:
+        for alert in alerts:
+            self.alerts.append(alert)
+            self.sink.alert(alert)
+            if self.commands is not None and self.following and alert.severity >= self.on_alert_level:
+                assert self.argv is not None
+                future = self.commands.submit(run_command, self.argv, alert, self.opts.on_alert_timeout)
+                self.pending.append((alert, future))
+            if self.exit_level is not None and alert.severity >= self.exit_level and self.reason is None:
+                self.reason = f"--exit-on {self.exit_level}"
+
+    def _wall_clock_stalls(self, now: float) -> None:
+        for path, stall in self.stalls.items():
+            at = self.last_step_at.get(path)
+            if stall is not None and at is not None:
+                self._dispatch(stall.wall_clock_stall(now, at))
+
+    def _report_commands(self) -> None:
+        still = []
+        for alert, future in self.pending:
+            if not future.done():
+                still.append((alert, future))
+                continue
+            failure = future.result()
+            if failure is not None:
+                self.sink.notice(Notice("on-alert failed", alert.path or "", f"{failure} (for {alert.detector})"))
+        self.pending = still
+
+    def _status(self, now: float) -> TailStatus:
+        lines = sum(c.stream.lines for c in self.checks.values())
+        self.rate.append((now, lines))
+        while self.rate[0][0] < now - RATE_WINDOW_S:
+            self.rate.popleft()
+        t0, lines0 = self.rate[0]
+        return TailStatus(
+            mode=self.waker.mode,
+            files=self.follower.reading,
+            lines=lines,
+            records=sum(c.summary.records for c in self.checks.values()),
+            lines_per_s=(lines - lines0) / (now - t0) if now > t0 else 0.0,
+            idle_s=None if self.last_data is None else now - self.last_data,
+            alerts=severity_counts(self.alerts),
+        )
+
+
+def _mtime(path: str, default: float) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return default

@@ -1,0 +1,101 @@
+"""Line outputs of `gradwatch tail`: a text line per alert, or a JSON object per line.
+
+Both are written as things happen and flushed at once, because something downstream (a pager
+script, `jq`, a log collector) is waiting for them. Text goes through rich `Text` objects (never
+markup) after `safe_text`, so a log line cannot style or drive the terminal; colour follows rich's
+rules (none when piped, none with NO_COLOR). JSON escapes control characters by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from gradwatch.alerts import Alert
+from gradwatch.parsers.stream import Batch
+from gradwatch.pipeline import FileCheck
+from gradwatch.sinks.report import SEVERITY_STYLE
+from gradwatch.sinks.safe import safe_text
+from gradwatch.sinks.tailing import Notice, TailStatus, TailSummary
+
+__all__ = ["JsonlSink", "TextSink", "alert_line"]
+
+
+def alert_line(alert: Alert, at: float | None = None) -> Text:
+    """One line: time, severity, detector, step, where, message and hint."""
+    t = Text(no_wrap=True)
+    t.append(time.strftime("%H:%M:%S ", time.localtime(at)), style="dim")
+    t.append(f"{str(alert.severity).upper():<8}", style=SEVERITY_STYLE[alert.severity])
+    t.append(f" {alert.detector}", style="bold")
+    if alert.step is not None:
+        t.append(f" step {alert.step:,}")
+    where = f"{alert.path}:{alert.line}" if alert.line is not None else (alert.path or "")
+    t.append(f" {safe_text(where)}", style="dim")
+    t.append(f" {safe_text(alert.message)}")
+    t.append(f" (hint: {safe_text(alert.hint)})", style="italic dim")
+    return t
+
+
+class TextSink:
+    """A line per alert and notice; a status line at start and every `--status-every` seconds."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+
+    def _line(self, text: Text) -> None:
+        self._console.print(text, soft_wrap=True)
+        self._console.file.flush()
+
+    def start(self, status: TailStatus) -> None:
+        self._line(Text(f"following: {safe_text(str(status))}", style="dim"))
+
+    def batch(self, check: FileCheck, batch: Batch) -> None:
+        pass
+
+    def alert(self, alert: Alert) -> None:
+        self._line(alert_line(alert))
+
+    def notice(self, notice: Notice) -> None:
+        style = "yellow" if notice.kind in ("unreadable", "on-alert failed") else "dim"
+        self._line(Text(time.strftime("%H:%M:%S ", time.localtime(notice.at)) + safe_text(str(notice)), style=style))
+
+    def status(self, status: TailStatus, periodic: bool) -> None:
+        if periodic:
+            self._line(Text(time.strftime("%H:%M:%S ") + safe_text(str(status)), style="dim"))
+
+    def close(self, summary: TailSummary) -> None:
+        self._line(Text(safe_text(str(summary))))
+
+
+class JsonlSink:
+    """A JSON object per line: alerts (check's JSON fields plus "type"), notices, statuses, summary."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        self._out.write(json.dumps(obj, allow_nan=False) + "\n")
+        self._out.flush()
+
+    def start(self, status: TailStatus) -> None:
+        self._write(status.to_json())
+
+    def batch(self, check: FileCheck, batch: Batch) -> None:
+        pass
+
+    def alert(self, alert: Alert) -> None:
+        self._write({"type": "alert", **alert.to_json()})
+
+    def notice(self, notice: Notice) -> None:
+        self._write(notice.to_json())
+
+    def status(self, status: TailStatus, periodic: bool) -> None:
+        if periodic:
+            self._write(status.to_json())
+
+    def close(self, summary: TailSummary) -> None:
+        self._write(summary.to_json())

@@ -1,0 +1,525 @@
+"""Bad input through the real CLI: every case ends in a clear message, a documented exit code, no traceback.
+
+Logs are written in the real Megatron-DeepSpeed format into pytest's tmp_path and checked with
+`gradwatch check` in a subprocess, as a user would run it. Starting the CLI costs about a second
+(pandas), so most bad files are checked together in one run (`zoo`), which also shows that one bad
+file does not spoil the report of the others; a few runs check single files for their exit code.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.conftest import gradwatch_cmd, run_cli
+
+FORMATS_TRIED = ("megatron", "olmo", "hf_trainer", "torchtitan")
+#: Trainer errors that try to drive the terminal (escapes, a bell) and rich (markup).
+HOSTILE_TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: [bold red]boom\x1b[2J\n'
+HOSTILE_NAN_ERROR = (
+    'Traceback (most recent call last):\n  File "train.py", line 9, in step\n'
+    "RuntimeError: [bold red]x[/] loss is nan \x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m\n"
+)
+
+
+# ---- writing logs -------------------------------------------------------------------------------
+def megatron_line(step: int, loss: float, grad_norm: float, scale: float = 65536.0, total: int = 159576) -> str:
+    """One Megatron-DeepSpeed `iteration N/M | ...` line, fields as the msft fork prints them."""
+    return (
+        f" iteration {step:8d}/{total:8d} | consumed samples: {step * 176:12d} | "
+        "elapsed time per iteration (ms): 59665.7 | learning rate: 6.000E-05 | global batch size:   176 | "
+        f"lm loss: {loss:.6E} | loss scale: {scale:.1f} | grad norm: {grad_norm:.3f} | num zeros: 0.0 | "
+        "number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+
+
+def run_values(
+    n: int, *, interval: int = 10, spike_at: int | None = None, seed: int = 0, loss0: float = 4.0
+) -> list[tuple[int, float, float]]:
+    """(step, loss, grad norm) of a healthy run: loss slowly decaying with ~1% noise, grad norm ~10% noise.
+
+    `spike_at` (a step) multiplies that step's grad norm by 50: a `grad_norm_spike` warning.
+    """
+    rng = random.Random(seed)
+    out = []
+    for i in range(1, n + 1):
+        step = i * interval
+        loss = loss0 * (0.75 + 0.25 * math.exp(-i / 500)) * (1 + rng.gauss(0, 0.01))
+        grad_norm = max(1.5 * (1 + rng.gauss(0, 0.1)), 0.1)
+        if step == spike_at:
+            grad_norm *= 50
+        out.append((step, loss, grad_norm))
+    return out
+
+
+def megatron_log(n: int, **kwargs: Any) -> str:
+    """A Megatron-DeepSpeed log of `n` records, one per line, ending with a newline."""
+    return "".join(megatron_line(s, loss, g) + "\n" for s, loss, g in run_values(n, **kwargs))
+
+
+def printed(value: float, fmt: str) -> float:
+    """`value` as the log shows it (what a parser can read back)."""
+    return float(format(value, fmt))
+
+
+def ranked(text: str) -> str:
+    """Each line printed by three ranks, plus two lines where ranks' output ran together."""
+    out: list[str] = []
+    for i, line in enumerate(text.splitlines()):
+        out += [f"[default0]:{line}", f"[default7]:{line}", f"0: {line}"]
+        if i == 2:
+            out.append(
+                "[default0]:[Rank 0] (after 20 iterations) memory (MB) | allocated: 3452.1 | max allocated: 9012.3 | "
+                "reserved: 21502.0 | max reserved: 29316.0[Rank 6] (after 20 iterations) memory (MB) | "
+                "allocated: 3452.1 | max allocated: 9012.3 | reserved: 21502.0 | max reserved: 29316.0"
+            )
+        if i == 5:
+            out.append(f"{line}[Rank 6] (after 20 iterations) memory (MB) | allocated: 3452.1 | max reserved: 29316.0")
+    return "\n".join(out) + "\n"
+
+
+def cut_log(field: str, chars: int) -> str:
+    """30 records (loss just under 1: `9.xxxxxxE-01`), the last cut `chars` after `field`, no final newline."""
+    lines = [megatron_line(*v) for v in run_values(30, loss0=1.0)]
+    last = lines[-1]
+    lines[-1] = last[: last.index(field) + len(field) + chars]
+    return "\n".join(lines)
+
+
+def non_utf8_log() -> bytes:
+    """50 records with invalid UTF-8 inside a field, before a record, and on a line of its own."""
+    lines = [megatron_line(*v).encode() + b"\n" for v in run_values(50)]
+    lines[10] = lines[10].replace(b"| num zeros: 0.0 |", b"| num zeros: \xff\xfe\xc3( \x80 |")
+    lines[20] = b"\xff\xc0\xc1" + lines[20]
+    lines.insert(30, b"\xfe\xff\xfa garbage \xc3\x28 line \xe2\x82\n")
+    return b"".join(lines)
+
+
+def garbled_log(extra: str) -> str:
+    """20 good records, one line with numbers no parser should choke on, 5 more good records."""
+    after = "".join(megatron_line(step, 3.9, 1.5) + "\n" for step in range(210, 260, 10))
+    return megatron_log(20) + extra + "\n" + after
+
+
+GARBLED = {
+    "huge-step": " iteration 99999999999999999999999999/     2000 | lm loss: 1e999 | grad norm: 1e400 |",
+    "huge-validation-step": " validation loss at iteration 99999999999999999999999 | lm loss value: 3.0 |",
+    "scale-cut": "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to -",
+    "scale-dot": "Reducing dynamic loss scale from 65536 to .",
+}
+
+
+def zoo_files() -> dict[str, bytes | None]:
+    """The bad (and a few good) files, by name relative to the zoo directory; None: left missing."""
+    gz_text = megatron_log(300, spike_at=2500).encode()
+    gz_cut = gzip.compress(megatron_log(3000).encode())
+    files: dict[str, bytes | None] = {
+        "empty.log": b"",
+        "garbage.log": os.urandom(300_000) + b"\x00" * 1000 + random.Random(7).randbytes(10_000),
+        "notes.txt": b"epoch 1 done, loss looked fine\nepoch 2 done\n",
+        "latin.log": non_utf8_log(),
+        "cut-in-grad-norm.log": cut_log("| grad norm: ", 2).encode(),
+        "cut-in-loss-value.log": cut_log("| lm loss: ", 4).encode(),
+        "cut-after-step.log": cut_log("| consumed samp", 0).encode(),
+        "ranks.log": ranked(megatron_log(200, seed=3)).encode(),
+        "ranks-spike.log": ranked(megatron_log(200, spike_at=1500, seed=3)).encode(),
+        "gone.log": None,
+        "good.log": gz_text,
+        "packed.log.gz": gzip.compress(gz_text),
+        "packed-without-suffix.log": gzip.compress(gz_text),
+        "cut.log.gz": gz_cut[: len(gz_cut) // 2],
+        "bad-header.log.gz": b"\x1f\x8b" + b"\xff" * 8 + random.Random(8).randbytes(500),
+        "hf-zero-loss.log": "".join(
+            f"{{'loss': {x}, 'grad_norm': 1.2, 'learning_rate': 4.9e-05, 'epoch': {i / 100}}}\n"
+            for i, x in enumerate([0.0] * 5 + [2.0] * 6, 1)
+        ).encode(),
+        "hostile.log": (
+            megatron_log(50) + HOSTILE_TRACEBACK + megatron_line(510, 3.9, 1.5) + "\n" + HOSTILE_NAN_ERROR
+        ).encode(),
+        # a directory argument: searched recursively for *.log *.txt *.out *.jsonl and .gz
+        "tree/main.log": megatron_log(40).encode(),
+        "tree/a/stdout.txt": megatron_log(40, seed=1).encode(),
+        "tree/a/b/slurm-123.out": megatron_log(40, seed=2).encode(),
+        "tree/a/metrics.jsonl": "".join(f'{{"step": {s}, "loss": {3 - s / 1000}}}\n' for s in range(1, 41)).encode(),
+        "tree/a/b/old.log.gz": gzip.compress(megatron_log(40, seed=4).encode()),
+        "tree/a/notes.md": b"not a log\n",
+        "tree/a/records.csv": b"step,loss\n1,2.0\n",
+    }
+    for name, extra in GARBLED.items():
+        files[f"garbled-{name}.log"] = garbled_log(extra).encode()
+    return files
+
+
+# ---- running the CLI ----------------------------------------------------------------------------
+def no_traceback(p: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert "Traceback" not in p.stdout, p.stdout
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def strict_json(text: str) -> dict[str, Any]:
+    """Parse exactly one JSON object; a bare NaN/Infinity fails the test."""
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"invalid JSON constant {c} in output"))
+    assert isinstance(data, dict)
+    return data
+
+
+def check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`gradwatch check ARGS` (text output), asserting there is no traceback."""
+    return no_traceback(run_cli("check", *args, env=env))
+
+
+def check_report(*args: str) -> tuple[int, dict[str, Any]]:
+    """`gradwatch check --output json ARGS`: the exit code and the report, which must agree."""
+    p = no_traceback(run_cli("check", "--output", "json", *args))
+    report = strict_json(p.stdout)
+    assert report["summary"]["exit_code"] == p.returncode, (p.returncode, report["summary"])
+    return p.returncode, report
+
+
+def only_file(report: dict[str, Any]) -> dict[str, Any]:
+    assert len(report["files"]) == 1, report["files"]
+    file: dict[str, Any] = report["files"][0]
+    return file
+
+
+@dataclass
+class Zoo:
+    """One `gradwatch check` over every file of `zoo_files()`, in JSON and in text."""
+
+    root: Path
+    names: list[str]
+    rc: int
+    report: dict[str, Any]
+    text: subprocess.CompletedProcess[str]
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    def file(self, name: str) -> dict[str, Any]:
+        matches = [f for f in self.report["files"] if f["path"] == str(self.path(name))]
+        assert len(matches) == 1, (name, [f["path"] for f in self.report["files"]])
+        return matches[0]
+
+    def alerts(self, name: str, min_severity: str = "info") -> list[dict[str, Any]]:
+        order = ("info", "warning", "critical")
+        return [
+            a
+            for a in self.report["alerts"]
+            if a["path"] == str(self.path(name)) and order.index(a["severity"]) >= order.index(min_severity)
+        ]
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> Zoo:
+    root = tmp_path_factory.mktemp("zoo")
+    files = zoo_files()
+    args = []
+    for name, data in files.items():
+        path = root / name
+        if data is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        if not name.startswith("tree/"):
+            args.append(str(path))
+    args.append(str(root / "tree"))
+    rc, report = check_report(*args)
+    text = check(*args, env={"COLUMNS": "250"})
+    return Zoo(root, list(files), rc, report, text)
+
+
+def test_one_bad_file_spoils_only_its_own_entry(zoo: Zoo) -> None:
+    """Every file is reported; the run as a whole exits 2 because some files could not be read."""
+    assert zoo.rc == 2 and zoo.text.returncode == 2
+    logs = [n for n in zoo.names if not n.startswith("tree/") or n.endswith((".log", ".txt", ".out", ".jsonl", ".gz"))]
+    assert sorted(f["path"] for f in zoo.report["files"]) == sorted(str(zoo.path(n)) for n in logs)
+    assert zoo.text.stderr == ""
+    for f in zoo.report["files"]:
+        assert f["path"].startswith(str(zoo.root))
+        assert (f["error"] is not None) or f["records"] > 0, f
+
+
+# ---- empty, binary, no known format ---------------------------------------------------------
+def test_empty_file_says_so_and_lists_the_formats(zoo: Zoo) -> None:
+    f = zoo.file("empty.log")
+    assert f["records"] == 0 and f["format"] is None and f["first_step"] is None and f["last_step"] is None
+    assert f["error"].startswith(f"{zoo.path('empty.log')}: is empty")
+    assert all(name in f["error"] for name in FORMATS_TRIED)
+    assert f"{zoo.path('empty.log')}: is empty" in zoo.text.stdout
+
+
+def test_binary_garbage_has_no_records_and_a_clear_message(zoo: Zoo) -> None:
+    f = zoo.file("garbage.log")
+    assert f["records"] == 0
+    assert f["error"].startswith(f"{zoo.path('garbage.log')}: has ") and "no training records" in f["error"]
+    assert "formats.custom" in f["error"]
+
+
+def test_file_in_no_known_format_lists_formats_and_how_to_add_one(zoo: Zoo) -> None:
+    error = zoo.file("notes.txt")["error"]
+    assert error.startswith(f"{zoo.path('notes.txt')}: has 2 lines but no training records")
+    assert "tried:" in error and all(name in error for name in FORMATS_TRIED)
+    assert "formats.custom" in error and "gradwatch config init" in error
+
+
+@pytest.mark.parametrize(
+    ("name", "exit_code"),
+    [
+        ("empty.log", 2),
+        ("latin.log", 0),
+        ("ranks-spike.log", 1),
+    ],
+)
+def test_exit_code_of_a_single_file(zoo: Zoo, name: str, exit_code: int) -> None:
+    p = check(str(zoo.path(name)), env={"COLUMNS": "250"})
+    assert p.returncode == exit_code
+    assert str(zoo.path(name)) in p.stdout
+    assert f"(exit {exit_code})" in p.stdout
+
+
+def test_unknown_format_option_is_a_usage_error(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(megatron_log(20))
+    p = check(str(log), "--format", "megatronn")
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert "unknown format 'megatronn'" in p.stderr and "megatron" in p.stderr.split("known formats:")[1]
+
+
+# ---- encoding, huge lines, cut files -------------------------------------------------------------
+def test_non_utf8_bytes_inside_megatron_lines_keep_the_records(zoo: Zoo, tmp_path: Path) -> None:
+    """Invalid UTF-8 in a field, before a record and on a line of its own: every record is still read."""
+    f = zoo.file("latin.log")
+    assert (f["format"], f["records"], f["first_step"], f["last_step"], f["error"]) == ("megatron", 50, 10, 500, None)
+    assert zoo.alerts("latin.log") == []
+
+    out = tmp_path / "latin.csv"
+    p = no_traceback(run_cli("export", str(zoo.path("latin.log")), "--out", str(out)))
+    assert p.returncode == 0, p.stderr
+    records = pd.read_csv(out)
+    values = run_values(50)
+    assert records["step"].tolist() == [s for s, _, _ in values]
+    for i in (10, 20):
+        step, loss, grad_norm = values[i]
+        row = records[records["step"] == step].iloc[0]
+        assert row["loss"] == pytest.approx(printed(loss, ".6E"))
+        assert row["grad_norm"] == pytest.approx(printed(grad_norm, ".3f"))
+
+
+def _wait_with_rusage(args: list[str], stdout: Path, stderr: Path) -> tuple[int, int]:
+    """Run a command and return (exit code, peak RSS in bytes) of that very process (os.wait4)."""
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
+    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        proc = subprocess.Popen(args, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss * 1024  # Linux reports KiB
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss units and os.wait4 checked on Linux")
+def test_50mb_line_without_newline_finishes_in_bounded_memory(tmp_path: Path) -> None:
+    """A 50 MB line with no newline: the run finishes, memory stays bounded, the records before it count.
+
+    The same file without records is exit 2 ("no training records").
+    """
+    block = "x" * (1 << 20)
+    logs = [tmp_path / "records-then-long.log", tmp_path / "only-long.log"]
+    for log, n in zip(logs, (20, 0), strict=True):
+        with open(log, "w") as fh:
+            fh.write(megatron_log(n))
+            for _ in range(50):
+                fh.write(block)
+        assert log.stat().st_size >= 50 << 20
+    out, err = tmp_path / "out.json", tmp_path / "err.txt"
+    rc, peak = _wait_with_rusage([*gradwatch_cmd(), "check", "--output", "json", *map(str, logs)], out, err)
+    assert "Traceback" not in err.read_text() + out.read_text()
+    report = strict_json(out.read_text())
+    assert rc == report["summary"]["exit_code"] == 2
+    first, second = report["files"]
+    assert (first["records"], first["first_step"], first["last_step"], first["error"]) == (20, 10, 200, None)
+    assert second["records"] == 0 and second["error"].startswith(f"{logs[1]}: has 1 lines but no training records")
+    assert peak < 400 << 20, f"peak RSS {peak >> 20} MiB for two 50 MB lines"
+
+
+@pytest.mark.parametrize("name", ["cut-in-grad-norm.log", "cut-in-loss-value.log", "cut-after-step.log"])
+def test_file_cut_mid_line_keeps_every_record_before_the_cut(zoo: Zoo, name: str) -> None:
+    """The 29 complete records count, the cut line gives its step, and a cut value is no false alarm.
+
+    In `cut-in-loss-value.log` the last line ends in `lm loss: 9.87`: read as a loss it would be a
+    10x spike; in every case the cut line is also no NaN step (its loss field is gone).
+    """
+    f = zoo.file(name)
+    assert (f["records"], f["first_step"], f["last_step"], f["error"]) == (30, 10, 300, None)
+    assert zoo.alerts(name) == []
+
+
+def test_partial_last_line_is_parsed_when_possible(tmp_path: Path) -> None:
+    log = tmp_path / "cut.log"
+    log.write_text(cut_log("| grad norm: ", 2))
+    out = tmp_path / "cut.csv"
+    p = no_traceback(run_cli("export", str(log), "--out", str(out)))
+    assert p.returncode == 0, p.stderr
+    records = pd.read_csv(out)
+    values = run_values(30, loss0=1.0)
+    assert records["step"].tolist() == [s for s, _, _ in values]
+    assert records["loss"].tolist() == pytest.approx([printed(v[1], ".6E") for v in values])
+    assert records["grad_norm"].iloc[:-1].tolist() == pytest.approx([printed(v[2], ".3f") for v in values[:-1]])
+    assert pd.isna(records["grad_norm"].iloc[-1])  # `grad norm: 1.` was cut: not read as 1.0
+
+
+# ---- ranks -----------------------------------------------------------------------------------
+def test_interleaved_ranks_read_as_one_run(zoo: Zoo) -> None:
+    f = zoo.file("ranks.log")
+    assert (f["format"], f["first_step"], f["last_step"], f["error"]) == ("megatron", 10, 2000, None)
+    assert zoo.alerts("ranks.log") == []
+
+
+def test_interleaved_ranks_report_a_spike_once(zoo: Zoo) -> None:
+    warnings = zoo.alerts("ranks-spike.log", "warning")
+    assert [(a["detector"], a["severity"], a["step"]) for a in warnings] == [("grad_norm_spike", "warning", 1500)]
+    line = zoo.path("ranks-spike.log").read_text().splitlines()[warnings[0]["line"] - 1]
+    assert "    1500/" in line
+
+
+# ---- config ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("detectors:\n  grad_norm_spike: [1, 2\n", ":3:1: invalid YAML"),
+        ("detectors:\n  grad_norm_spike:\n    windw: 3\n", "unknown key 'detectors.grad_norm_spike.windw'"),
+        ("detectors:\n  grad_norm_spike:\n    window: lots\n", "detectors.grad_norm_spike.window must be an integer"),
+    ],
+    ids=["invalid-yaml", "unknown-key", "wrong-type"],
+)
+def test_bad_config_is_exit_2_naming_file_and_key(tmp_path: Path, yaml_text: str, expected: str) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(megatron_log(20))
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml_text)
+    p = check(str(log), "--config", str(cfg))
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert p.stderr.startswith(f"error: {cfg}")
+    assert expected in p.stderr
+
+
+# ---- missing files, directories, gzip --------------------------------------------------------
+def test_missing_file_next_to_a_good_one_still_reports_the_good_one(zoo: Zoo) -> None:
+    gone, good = zoo.path("gone.log"), zoo.path("good.log")
+    assert zoo.file("gone.log")["error"] == f"{gone}: no such file"
+    assert zoo.file("gone.log")["records"] == 0
+    assert (zoo.file("good.log")["records"], zoo.file("good.log")["error"]) == (300, None)
+    assert [(a["step"], a["line"]) for a in zoo.alerts("good.log", "warning")] == [(2500, 250)]
+    assert f"{gone}: no such file" in zoo.text.stdout
+    assert f"{good}:250" in zoo.text.stdout  # the good file's alert, with file:line
+
+
+def test_missing_file_alone_is_exit_2(tmp_path: Path) -> None:
+    p = check(str(tmp_path / "gone.log"))
+    assert p.returncode == 2
+    assert f"{tmp_path / 'gone.log'}: no such file" in p.stdout
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can read any file")
+def test_unreadable_file_is_exit_2(tmp_path: Path) -> None:
+    log = tmp_path / "locked.log"
+    log.write_text(megatron_log(20))
+    log.chmod(0)
+    rc, report = check_report(str(log))
+    assert rc == 2
+    assert only_file(report)["error"].startswith(f"{log}: cannot read")
+
+
+def test_directory_is_searched_recursively_for_logs(zoo: Zoo) -> None:
+    tree = zoo.path("tree")
+    found = {
+        Path(f["path"]).relative_to(tree).as_posix(): f["records"]
+        for f in zoo.report["files"]
+        if Path(f["path"]).is_relative_to(tree)
+    }
+    assert found == {
+        "main.log": 40,
+        "a/stdout.txt": 40,
+        "a/b/slurm-123.out": 40,
+        "a/metrics.jsonl": 40,
+        "a/b/old.log.gz": 40,
+    }
+
+
+def test_directory_without_logs_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "empty-dir").mkdir()
+    (tmp_path / "empty-dir" / "readme.md").write_text("no logs here\n")
+    p = check(str(tmp_path / "empty-dir"))
+    assert p.returncode == 2
+    assert "no log files found" in p.stderr and "empty-dir" in p.stderr
+
+
+def test_gzip_is_read_transparently(zoo: Zoo) -> None:
+    """A .gz log gives the same report as the plain one; gzip is found by its magic bytes, not its name."""
+    names = ("good.log", "packed.log.gz", "packed-without-suffix.log")
+    for name in names:
+        f = zoo.file(name)
+        assert (f["format"], f["records"], f["first_step"], f["last_step"]) == ("megatron", 300, 10, 3000)
+        assert [(a["detector"], a["step"], a["line"]) for a in zoo.alerts(name, "warning")] == [
+            ("grad_norm_spike", 2500, 250)
+        ]
+
+
+def test_truncated_gzip_keeps_what_came_before_the_damage(zoo: Zoo) -> None:
+    f = zoo.file("cut.log.gz")
+    assert f["error"].startswith(f"{zoo.path('cut.log.gz')}: damaged gzip data")
+    assert 0 < f["records"] < 3000 and f["first_step"] == 10
+    assert zoo.alerts("cut.log.gz") == []  # the cut last line is no false alarm
+    assert f"{zoo.path('cut.log.gz')}: damaged gzip data" in zoo.text.stdout
+
+
+def test_gzip_with_a_damaged_header_is_a_clear_error(zoo: Zoo) -> None:
+    f = zoo.file("bad-header.log.gz")
+    assert f["records"] == 0 and f["error"].startswith(f"{zoo.path('bad-header.log.gz')}: damaged gzip data")
+
+
+# ---- garbled values and hostile content ------------------------------------------------------
+@pytest.mark.parametrize("name", GARBLED)
+def test_garbled_numbers_do_not_crash(zoo: Zoo, name: str) -> None:
+    f = zoo.file(f"garbled-{name}.log")
+    assert f["records"] >= 25 and (f["first_step"], f["last_step"]) == (10, 250)
+
+
+def test_step_beyond_int64_in_a_big_file_does_not_crash(tmp_path: Path) -> None:
+    """Past the first 8 MiB chunk, record lines of a known shape are read in bulk: garbage steps too."""
+    lines = megatron_log(34_000, interval=1).splitlines(keepends=True)
+    lines[33_000] = megatron_line(10**25, 3.9, 1.5) + "\n"
+    log = tmp_path / "big.log"
+    log.write_text("".join(lines))
+    assert log.stat().st_size > 9 << 20
+    rc, report = check_report(str(log))
+    assert rc in (0, 1)
+    f = only_file(report)
+    assert f["records"] in (33_999, 34_000) and (f["first_step"], f["last_step"]) == (1, 34_000)
+
+
+def test_loss_of_zero_then_a_real_loss_does_not_crash(zoo: Zoo) -> None:
+    """HF Trainer logs `'loss': 0.0` under some fp16/label bugs; a later real loss must not divide by zero."""
+    assert zoo.file("hf-zero-loss.log")["records"] == 11
+    assert "loss_spike" in {a["detector"] for a in zoo.alerts("hf-zero-loss.log", "warning")}
+
+
+def test_markup_and_escapes_in_the_log_do_not_reach_the_terminal(zoo: Zoo) -> None:
+    """Trainer errors are untrusted text: rich markup stays literal, escapes and bells are removed."""
+    [alert] = zoo.alerts("hostile.log")
+    assert alert["detector"] == "nonfinite" and alert["severity"] == "critical"
+    for control in ("\x1b", "\x07", "\x9b"):
+        assert control not in zoo.text.stdout
+    assert "[bold red]x[/] loss is nan" in zoo.text.stdout  # shown literally, not interpreted as markup
+    assert "pwned" not in zoo.text.stdout
