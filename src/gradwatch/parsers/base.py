@@ -125,6 +125,14 @@ class Parser(ABC):
         """
         return []
 
+    def can_bulk(self) -> bool:
+        """Whether `bulk_matches` would find records now (cheap: asked after every record)."""
+        return False
+
+    def bulk_shape(self) -> object | None:
+        """What `bulk_matches` matches now; a new object when that changes (e.g. a new template)."""
+        return None
+
     def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
         """Record the lines found by `bulk_matches` (only called when it returned some)."""
         raise NotImplementedError

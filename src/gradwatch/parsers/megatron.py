@@ -170,16 +170,22 @@ class MegatronParser(Parser):
             nonfinite.append("loss")  # Megatron omits the loss field when the loss is NaN
         out.record(self.name, step, line, ts, metrics, nonfinite)
 
+    def can_bulk(self) -> bool:
+        t = self._template
+        return t is not None and self._pending is None and any(name == "loss" for name, _ in t.specs)
+
+    def bulk_shape(self) -> object | None:
+        return self._template if self.can_bulk() else None
+
     def bulk_matches(self, text: str) -> list[re.Match[str]]:
         """Record lines of `text` of the current template's shape (the bulk path; see LogStream).
 
         Only a template with a loss field qualifies: a record without one may be a NaN step,
         which needs the per-line rules.
         """
-        t = self._template
-        if t is None or self._pending is not None or not any(name == "loss" for name, _ in t.specs):
+        if not self.can_bulk():
             return []
-        self._bulk_template = t  # per-line records of the same block may change self._template
+        t = self._bulk_template = self._template  # per-line records of the same block may change self._template
         return list(t.block.finditer(text))
 
     def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:

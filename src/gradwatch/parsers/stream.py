@@ -26,6 +26,10 @@ MAX_LINE_BYTES = 1 << 20
 #: Until a main parser has produced a record, output is held back for up to this many lines, so
 #: that DeepSpeed progress lines printed before a trainer's first record do not become records.
 UNDECIDED_HOLD_LINES = 5000
+#: Records of one main parser after which a file's format is taken as known (see _lock_format).
+LOCK_AFTER_RECORDS = 20
+#: How often one block may be searched again after the shape of its records changed.
+_MAX_RESCANS = 8
 
 
 @dataclass
@@ -56,9 +60,9 @@ class LogStream:
         self._overlong = False
         self._closed = False
         self._aux = frozenset(p.name for p in parsers if p.auxiliary)
-        scans = [p.scan for p in parsers]
-        # one flat alternation: re scans it several times faster than one group per parser
-        self._scan = None if None in scans else re.compile("|".join(dict.fromkeys(s for s in scans if s)))
+        self._scan = _scan_regex(parsers)
+        self._active = parsers  # the parsers lines are offered to (see _lock_format)
+        self._locked = False
         self._collectors = [p for p in parsers if type(p).collecting is not Parser.collecting]
         self._pending_from: int | None = None
 
@@ -144,17 +148,20 @@ class LogStream:
             if raw:
                 parse(raw, first + offset)
 
-    def _candidate_lines(self, text: str, lineno: int) -> None:
+    def _candidate_lines(self, text: str, lineno: int, depth: int = 0) -> None:
         """Fast path: search the whole block for lines any parser could want, parse only those.
 
         While a parser collects a multi-line record (OLMo, Composer, a traceback) every line is
         offered, because continuation lines carry no keyword of their own. Once the file's main
         parser is known and offers a bulk reader, its ordinary record lines are read in one go
         (`Parser.bulk_matches`); the other candidate lines still go one by one, in order, each
-        seeing the step of the last record before it.
+        seeing the step of the last record before it. When a record line read one by one changes
+        what the bulk reader would match (the first records of a run, fp16 calibration records
+        without a grad norm), the rest of the block is read again the fast way.
         """
         bulk_parser = self._main_parser()
         matches = bulk_parser.bulk_matches(text) if bulk_parser is not None else []
+        shape = bulk_parser.bulk_shape() if matches and bulk_parser is not None else None
         starts = [text.rfind("\n", 0, m.start()) + 1 for m in matches]  # line start of each
         ends = [text.find("\n", m.start()) for m in matches]
         linenos: list[int] = []
@@ -182,6 +189,7 @@ class LogStream:
                 while i < n_bulk and ends[i] < found:
                     i += 1
                 start = text.rfind("\n", 0, found) + 1
+            new_record = False
             while True:  # this line, then every line while a multi-line record is open
                 end = text.find("\n", start)
                 lineno += text.count("\n", pos, start)
@@ -194,32 +202,46 @@ class LogStream:
                 if end > start:
                     self._parse_line(text[start:end], lineno)
                 if len(out.records) != before:
-                    last_line_record = start
+                    last_line_record, new_record = start, True
                 if out.step_ts_pending:
                     self._pending_from = end + 1
                 pos = start = end + 1
                 lineno += 1
                 if start >= len(text) or not self._collecting():
                     break
-            if bulk_parser is None and self._main_parser() is not None and pos < len(text):
-                # the first record told the format: read the rest of the block the fast way
-                self._candidate_lines(text[pos:], lineno)
+            if not new_record or pos >= len(text) or depth >= _MAX_RESCANS:
+                continue
+            main = self._main_parser()
+            if main is not None and main.can_bulk() and main.bulk_shape() is not shape:
+                # a record read one by one changed what the bulk reader matches: read the rest again
+                done = [k for k in range(i) if taken[k] and starts[k] < pos]
+                self._flush_bulk(bulk_parser, text, matches, linenos, starts, done, last_line_record)
+                self._candidate_lines(text[pos:], lineno, depth + 1)
                 return
-        kept = [i for i, ok in enumerate(taken) if ok]
-        if kept and bulk_parser is not None:
-            if len(kept) < len(matches):
-                matches, linenos, starts = (
-                    [matches[i] for i in kept],
-                    [linenos[i] for i in kept],
-                    [starts[i] for i in kept],
-                )
-            line_record_after = last_line_record > starts[-1]
-            saved = (out.last_step, out.last_step_ts, out.step_ts_pending)
-            bulk_parser.bulk_records(text, matches, linenos, out)
-            if line_record_after:
-                out.last_step, out.last_step_ts, out.step_ts_pending = saved
-            elif out.step_ts_pending:
-                self._pending_from = text.find("\n", matches[-1].start()) + 1
+        done = [k for k, ok in enumerate(taken) if ok]
+        self._flush_bulk(bulk_parser, text, matches, linenos, starts, done, last_line_record)
+
+    def _flush_bulk(
+        self,
+        parser: Parser | None,
+        text: str,
+        matches: list[re.Match[str]],
+        linenos: list[int],
+        starts: list[int],
+        done: list[int],
+        last_line_record: int,
+    ) -> None:
+        """Record the bulk matches `done` (indices), keeping the facts of a later per-line record."""
+        if not done or parser is None:
+            return
+        out = self.out
+        line_record_after = last_line_record > starts[done[-1]]
+        saved = (out.last_step, out.last_step_ts, out.step_ts_pending)
+        parser.bulk_records(text, [matches[k] for k in done], [linenos[k] for k in done], out)
+        if line_record_after:
+            out.last_step, out.last_step_ts, out.step_ts_pending = saved
+        elif out.step_ts_pending:
+            self._pending_from = text.find("\n", matches[done[-1]].start()) + 1
 
     def _outside(self, text: str, starts: list[int], ends: list[int]) -> Iterator[int]:
         """Positions of candidate keywords in `text`, outside the bulk record lines.
@@ -287,14 +309,38 @@ class LogStream:
         ts = timestamp(text)
         if ts is not None and out.step_ts_pending:
             out.last_step_ts, out.step_ts_pending = ts, False
-        for p in self.parsers:
+        active = self._active
+        for p in active:
             if p.collecting:
                 if p.parse(text, lineno, ts, out):
                     return
                 break
-        for p in self.parsers:
+        for p in active:
             if p.parse(text, lineno, ts, out):
+                if not self._locked and not p.auxiliary and out.counts.get(p.name, 0) >= LOCK_AFTER_RECORDS:
+                    self._lock_format(p)
                 return
+
+    def _lock_format(self, main: Parser) -> None:
+        """The file's format is known: from now on only its parser and the auxiliary ones read.
+
+        Fewer parsers per line and a shorter keyword search; another trainer's lines later in the
+        same file are not read (a file holds one run).
+        """
+        self._locked = True
+        self._active = [main] + [p for p in self.parsers if p.auxiliary]
+        self._collectors = [p for p in self._active if type(p).collecting is not Parser.collecting]
+        if self._scan is not None:
+            self._scan = _scan_regex(self._active)
+
+
+def _scan_regex(parsers: list[Parser]) -> re.Pattern[str] | None:
+    """One flat alternation of the parsers' keywords (re scans it several times faster than one
+    group per parser), or None when a parser must see every line."""
+    scans = [p.scan for p in parsers]
+    if any(s is None for s in scans):
+        return None
+    return re.compile("|".join(dict.fromkeys(s for s in scans if s)))
 
 
 # A line that starts with a date and time, after an optional launcher prefix.
