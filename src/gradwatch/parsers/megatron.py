@@ -183,9 +183,10 @@ class MegatronParser(Parser):
         Only a template with a loss field qualifies: a record without one may be a NaN step,
         which needs the per-line rules.
         """
-        if not self.can_bulk():
+        t = self._template
+        if t is None or not self.can_bulk():
             return []
-        t = self._bulk_template = self._template  # per-line records of the same block may change self._template
+        self._bulk_template = t  # per-line records of the same block may change self._template
         return list(t.block.finditer(text))
 
     def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
