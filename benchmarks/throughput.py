@@ -38,12 +38,16 @@ PATTERNS = {
 }
 
 
-def timed(argv: list[str], stdout: int | None = subprocess.DEVNULL) -> tuple[float, float, int]:
-    """Run argv; return (wall seconds, peak RSS in MB, exit code) of that child alone."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
+def timed(argv: list[str]) -> tuple[float, float, int]:
+    """Run argv; return (wall seconds, peak RSS in MB, exit code) of that child alone.
+
+    Output goes to a real file: GNU grep stops at the first match when it sees /dev/null.
+    """
+    with tempfile.TemporaryFile() as sink:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
     return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
 
 

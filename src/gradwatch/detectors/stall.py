@@ -86,7 +86,8 @@ class Stall(Detector):
         last_line = self._last_step[1] if self._last_step else 0
         if any(ev.kind in _ENDS and ev.line > last_line for ev in batch.events):
             self._ended = True
-        if batch.last_step_ts is not None:
+        if len(batch.records) or batch.last_step_ts is not None:
+            # None while the newest record's time is unknown: an older record's time would be stale
             self._last_step_ts = batch.last_step_ts
         if batch.last_ts is not None:
             self._last_ts = batch.last_ts
