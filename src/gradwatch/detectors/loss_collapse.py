@@ -4,6 +4,10 @@ That is not learning: it is a data or label fault (all labels masked, a loss com
 OLMo issue #692 with CrossEntropyLoss=1.8e-06 and total_grad_norm=0.0002). "Abruptly" means the
 median of the previous values was at least `min_baseline` and the new value is under `fraction`
 of it (or under `absolute`); a loss that declines gradually is left alone.
+
+A record that logged a non-finite value anywhere is left to the nonfinite detector: the HF Trainer
+prints `'loss': 0.0` beside `'grad_norm': nan` for a NaN step, which is not a collapse to 0
+(a not-logged grad norm still counts as "about 0": many trainers do not print it).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ class LossCollapse(Detector):
         cfg = self.config
         rec = batch.records
         loss = rec["loss"].to_numpy()
-        ok = np.isfinite(loss)
+        ok = np.isfinite(loss) & (rec["nonfinite"].to_numpy() == "")  # a NaN step is not a collapse
         if not ok.any():
             return []
         grad_all = rec["grad_norm"].to_numpy()

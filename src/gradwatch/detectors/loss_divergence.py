@@ -9,6 +9,9 @@ Three rules, all computed over whole batches with numpy, with the tail of the st
 - level (llm-foundry's KillLossSpike): the loss at least `level_ratio` times the mean of the
   previous `window` logs for more than `level_logs` consecutive logs: critical.
 A step going backwards (a resume) restarts the history: that jump is resume_regression's.
+Records that logged a non-finite value are skipped: their other fields are not a loss level (the
+HF Trainer prints `'loss': 0.0` beside `'grad_norm': nan`, and a climb "from 0" after it is the
+run going back to normal, not diverging); the nonfinite detector owns them.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class LossDivergence(Detector):
     def update(self, batch: Batch) -> list[Alert]:
         rec = batch.records
         loss = rec["loss"].to_numpy()
-        ok = np.isfinite(loss)
+        ok = np.isfinite(loss) & (rec["nonfinite"].to_numpy() == "")
         if not ok.any():
             return []
         v, steps, lines = loss[ok], rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
@@ -155,8 +158,8 @@ class LossDivergence(Detector):
                         value,
                         base,
                         cfg.rise_ratio * base,
-                        f"loss rose on {int(rises[pos])} consecutive logs, {base:.4g} -> {value:.4g} "
-                        f"({value / base:.2f}x)",
+                        f"loss rose on {int(rises[pos])} consecutive logs, {base:.4g} -> {value:.4g}"
+                        + (f" ({value / base:.2f}x)" if base > 0 else ""),
                         _HINT,
                     )
                 )
@@ -172,7 +175,7 @@ class LossDivergence(Detector):
                         base,
                         cfg.rise_ratio * base,
                         f"loss trending up: median of the last {cfg.trend_window} logs {now:.4g} is "
-                        f"{now / base:.2f}x its recent low {base:.4g}",
+                        + (f"{now / base:.2f}x its recent low {base:.4g}" if base > 0 else f"above its recent low {base:.4g}"),
                         _HINT,
                     )
                 )

@@ -4,7 +4,10 @@ In archived logs the clock is the log's own timestamps: the time of the last rec
 records carry no time, of the first timestamped line after it) against the latest timestamped
 line of any kind (BLOOM tr11 after iteration 45000: only PULSE watchdog lines for hours), unless
 the trainer said it exited or crashed after its last record (that is an end, not a hang). Gaps
-between two timestamped records are reported too (the job hung, then went on). The limit is
+between two timestamped records are reported too (the job hung, then went on); where records carry
+no time (Megatron-DeepSpeed's iteration lines, Composer), the record's own logged step time times
+the log interval is the time it took, and a hang that ended shows there too (Megatron's elapsed
+time per iteration is the interval's wall time over its iterations). The limit is
 max(`factor` x the typical time between records, `floor_s`); until the log has shown its pace
 (a logged step time, or `min_gaps` timed records) nothing is judged. Live commands use the wall clock:
 `wall_clock_stall(now, last_step_at)` takes the clock from its caller (scan: the file's mtime when
@@ -25,6 +28,7 @@ from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
 _ENDS = (EventKind.RUN_END, EventKind.ERROR)
+_NO_INTERVAL = int(np.iinfo(np.int64).max)
 
 _HINT = (
     "the job stopped making steps while still alive: look for NCCL timeouts, a dead or slow node, "
@@ -59,6 +63,7 @@ class Stall(Detector):
         self._gaps: deque[float] = deque(maxlen=self.config.history)  # seconds between records
         self._last: tuple[int, int, float] | None = None  # step, line, ts of the last timed record
         self._last_step: tuple[int, int] | None = None  # step, line of the last record
+        self._interval = _NO_INTERVAL  # smallest step difference between records so far
         self._last_step_ts: float | None = None
         self._last_ts: float | None = None
         self._ended = False  # the trainer exited or crashed after its last record
@@ -100,7 +105,14 @@ class Stall(Detector):
         """
         cfg = self.config
         prev_step = np.concatenate([[self._last_step[0] if self._last_step else -1], steps[:-1]])
-        covered = np.where((prev_step >= 0) & (steps > prev_step), steps - prev_step, 1)
+        prev_line = np.concatenate([[self._last_step[1] if self._last_step else -1], lines[:-1]])
+        forward = (prev_step >= 0) & (steps > prev_step)
+        # steps a record's logged step time covers: the log interval (smallest step difference so
+        # far), never a jump of an excerpt or a resume that skipped ahead
+        diffs = np.where(forward, steps - prev_step, _NO_INTERVAL)
+        interval = np.minimum.accumulate(np.concatenate([[self._interval], diffs]))[1:]
+        self._interval = int(interval[-1])
+        covered = np.where(forward, np.minimum(diffs, interval), 1)
         # gaps between consecutive timed records (each against the timed record before it)
         timed = np.isfinite(ts)
         last_t = np.concatenate([[self._last[2] if self._last else np.nan], ts])
@@ -118,12 +130,16 @@ class Stall(Detector):
         before = len(tail) + np.cumsum(np.isfinite(pace)) - np.isfinite(pace)  # pace values before each row
         known = np.minimum(before, cfg.history) >= cfg.min_gaps
         limit = np.where(known, np.maximum(cfg.factor * medians[np.maximum(before - 1, 0)], cfg.floor_s), np.inf)
-        alerts = [
-            self._stalled(
-                int(last_s[idx[i]]), int(last_l[idx[i]]), float(gap[i]), resumed_at=int(steps[i]), limit=float(limit[i])
+        # the time each record took: by the log's clock where it has one, else by the trainer's own
+        # step time (Megatron's interval mean, without timestamps, includes the hang)
+        by_clock = np.isfinite(gap)
+        took = np.where(by_clock, gap, np.where(forward, step_time * covered, np.nan))
+        alerts = []
+        for i in np.flatnonzero(took > limit).tolist():
+            s0, l0 = (last_s[idx[i]], last_l[idx[i]]) if by_clock[i] else (prev_step[i], prev_line[i])
+            alerts.append(
+                self._stalled(int(s0), int(l0), float(took[i]), resumed_at=int(steps[i]), limit=float(limit[i]))
             )
-            for i in np.flatnonzero(gap > limit).tolist()
-        ]
         self._gaps.extend(values[-cfg.history :].tolist())
         timed_rows = np.flatnonzero(timed)
         if len(timed_rows):

@@ -12,6 +12,10 @@ JSON is left for the other parsers. `NaN`/`Infinity` (which Python's json accept
 record's step. An object whose only known metric is the learning rate and that has no step key is
 not a record (a configuration dump, not a training log).
 
+A record's time is the line's own timestamp (a logger prefix) or else a `ts`, `timestamp` or
+`_timestamp` (W&B) key: epoch seconds or milliseconds, or an ISO date string. Without it a JSON
+log has no clock, and a hang between two records could not be seen.
+
 The alias table is `JsonlParser.aliases` (`DEFAULT_ALIASES`); `JsonlParser(aliases=...)` adds or
 overrides entries (the YAML config uses it). Targets must be `step` or a canonical metric name.
 """
@@ -19,11 +23,12 @@ overrides entries (the YAML config uses it). Targets must be `step` or a canonic
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from gradwatch.errors import ConfigError
 from gradwatch.events import EventKind
-from gradwatch.parsers._text import is_nonfinite, number
+from gradwatch.parsers._text import is_nonfinite, number, timestamp
 from gradwatch.parsers.base import ParseOutput, Parser
 from gradwatch.records import METRICS, is_metric
 
@@ -52,6 +57,8 @@ DEFAULT_ALIASES: dict[str, str] = {
     "mfu": "mfu",
     "val_loss": "val_loss",
 }
+#: keys holding the record's wall-clock time (not metrics)
+TIME_KEYS = frozenset(("ts", "timestamp", "_timestamp"))
 _MAX_DEPTH = 3
 _MAX_STEP = 10**18  # a larger (or negative) step is garbage and would not fit int64
 
@@ -64,6 +71,18 @@ def _flatten(obj: dict[str, Any], prefix: str, into: dict[str, Any], depth: int)
                 _flatten(value, name + "/", into, depth + 1)
         else:
             into[name] = value
+
+
+def _epoch(value: Any) -> float | None:
+    """Seconds since the epoch from a JSON time value (seconds, milliseconds or an ISO string)."""
+    if isinstance(value, str):
+        return timestamp(value)
+    v = _value(value)
+    if v is None or not math.isfinite(v):
+        return None
+    if 1e12 <= v < 1e14:  # milliseconds
+        v /= 1000.0
+    return v if 1e8 <= v < 1e11 else None
 
 
 def _value(value: Any) -> float | None:
@@ -122,6 +141,8 @@ class JsonlParser(Parser):
         for key, raw in flat.items():
             target = self.aliases.get(key) or self._lower.get(key.lower())
             if target is None:
+                if ts is None and key in TIME_KEYS:
+                    ts = _epoch(raw)
                 continue
             v = _value(raw)
             if v is None:

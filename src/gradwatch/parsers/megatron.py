@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import re
 import typing
+import warnings
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -193,15 +195,22 @@ class MegatronParser(Parser):
         """Turn bulk matches into one columnar chunk of records: numbers converted per column."""
         t = self._bulk_template
         assert t is not None
-        table = np.array([m.groups() for m in matches], dtype=str)
-        # a step of 19+ digits is garbage, not a step (and beyond int64): no step, as per line
-        steps = np.where(np.char.str_len(table[:, 0]) > 18, "-1", table[:, 0]).astype(np.int64)
-        self.total_steps = int(table[-1, 1])
+        groups = [m.groups() for m in matches]
+        width = 2 + len(t.specs)
+        numbers = _parse_all(groups, width)
+        if numbers is not None and np.all(numbers[:, 0] < 1e18):
+            steps, self.total_steps = numbers[:, 0].astype(np.int64), int(numbers[-1, 1])
+            columns = [(numbers[:, 2 + j], np.zeros(len(groups), dtype=bool)) for j in range(len(t.specs))]
+        else:  # an empty or odd value somewhere: column by column, value by value where needed
+            table = np.array(groups, dtype=str)
+            # a step of 19+ digits is garbage, not a step (and beyond int64): no step, as per line
+            steps = np.where(np.char.str_len(table[:, 0]) > 18, "-1", table[:, 0]).astype(np.int64)
+            self.total_steps = int(table[-1, 1]) if len(table[-1, 1]) < 19 else None
+            columns = [_to_floats(table[:, 2 + j]) for j in range(len(t.specs))]
         metrics: dict[str, np.ndarray] = {}
         flagged: dict[str, np.ndarray] = {}
-        for j, (name, scale) in enumerate(t.specs):
-            values, unreadable = _to_floats(table[:, 2 + j])
-            values *= scale
+        for (name, scale), (values, unreadable) in zip(t.specs, columns, strict=True):
+            values = values * scale
             metrics[name] = values
             flagged[name] = ~np.isfinite(values) & ~unreadable
         if "loss_scale" in metrics:
@@ -364,6 +373,24 @@ def _compile_template(body: str) -> _Template | None:
     line = re.compile(r"\|".join(line_pieces) + r"$")
     block = re.compile(r"iteration[=:]?[ \t]*(\d+)[ \t]*/[ \t]*(\d+)" + r"\|".join(block_pieces) + r"[ \t\r]*$", re.M)
     return _Template(line, block, tuple(specs))
+
+
+def _parse_all(groups: list[tuple[str, ...]], width: int) -> np.ndarray | None:
+    """All captured values as one (records x width) float array, parsed in one C call.
+
+    None when the text does not split into exactly that many numbers (an empty or odd value):
+    the caller then converts column by column.
+    """
+    joined = " ".join(chain.from_iterable(groups))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # numpy warns (and stops) at text that is no number
+            values = np.fromstring(joined, dtype=np.float64, sep=" ")
+    except (ValueError, DeprecationWarning):
+        return None
+    if values.size != len(groups) * width:
+        return None
+    return values.reshape(len(groups), width)
 
 
 def _to_floats(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
