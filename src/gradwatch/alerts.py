@@ -37,6 +37,8 @@ class Alert:
     hint: str
     line: int | None = None
     path: str | None = None
+    #: the evidence file written for it with --snapshot-dir (None: none)
+    snapshot: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe dict: non-finite numbers become null so the output stays valid JSON."""

@@ -13,7 +13,7 @@ import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -21,6 +21,7 @@ from gradwatch.detectors import DETECTORS, DetectorConfig
 from gradwatch.errors import ConfigError
 
 DEFAULT_NAME = "default.yaml"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,24 @@ class CustomFormat:
 
 
 @dataclass(frozen=True)
+class SnapshotConfig:
+    """Limits of the evidence written per alert with --snapshot-dir (see default.yaml)."""
+
+    records: int = 200
+    lines_before: int = 40
+    lines_after: int = 10
+    events: int = 50
+    max_line_chars: int = 2000
+    max_files: int = 1000
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            low = 1 if f.name in ("max_line_chars", "max_files") else 0
+            if getattr(self, f.name) < low:
+                raise ValueError(f"{f.name} must be at least {low}, got {getattr(self, f.name)}")
+
+
+@dataclass(frozen=True)
 class Settings:
     """The effective configuration of one run of gradwatch."""
 
@@ -40,6 +59,7 @@ class Settings:
     jsonl_aliases: dict[str, str] = field(default_factory=dict)
     custom_formats: tuple[CustomFormat, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
+    snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
 
 
 def default_text() -> str:
@@ -140,14 +160,15 @@ def _build(raw: dict[str, Any], where: str) -> Settings:
         except re.error as e:
             raise ConfigError(f"{where}: {key}.pattern is not a valid regex: {e}") from None
         custom.append(CustomFormat(item["name"], item["pattern"], item.get("description", "")))
-    return Settings(detectors, dict(aliases), tuple(custom), raw)
+    snapshots = _dataclass_from(SnapshotConfig, raw.get("snapshots") or {}, "snapshots", where)
+    return Settings(detectors, dict(aliases), tuple(custom), raw, snapshots)
 
 
-def _dataclass_from(cls: type[DetectorConfig], section: Any, dotted: str, where: str) -> DetectorConfig:
+def _dataclass_from(cls: type[_T], section: Any, dotted: str, where: str) -> _T:
     if not isinstance(section, dict):
         raise ConfigError(f"{where}: {dotted} must be a mapping, got {_kind(section)}")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
     for key, value in section.items():
         if key not in names:
@@ -188,6 +209,7 @@ def effective_yaml(settings: Settings) -> str:
             "jsonl_aliases": dict(settings.jsonl_aliases),
             "custom": [dataclasses.asdict(c) for c in settings.custom_formats],
         },
+        "snapshots": dataclasses.asdict(settings.snapshots),
         "detectors": {k: dataclasses.asdict(v) for k, v in settings.detectors.items()},
     }
     return yaml.safe_dump(data, sort_keys=False)

@@ -4,7 +4,7 @@
      ├── UsageError           bad flags or arguments                      -> exit 2
      ├── ConfigError          YAML unreadable, unknown key, wrong type    -> exit 2
      ├── InputError           missing/unreadable file, no known format    -> exit 2
-     ├── PluginError          (reserved for plugins)                      -> exit 2
+     ├── PluginError          a plugin's class breaks the contract        -> exit 2
      └── StateLockedError     another scan holds the --state file         -> exit 3
 
 Each message names the file, line or key path and says how to fix it. `cli.main` catches
@@ -39,6 +39,14 @@ class ConfigError(GradwatchError):
 
 class InputError(GradwatchError):
     """A log file that is missing, unreadable, or in no format we know."""
+
+
+class PluginError(GradwatchError):
+    """A detector or parser class that cannot be registered: no `id`, a duplicate, no `update`...
+
+    The registries raise it when a class is added. While plugins load, it (like anything else a
+    plugin raises) is reported as one line on stderr and the run goes on without that plugin.
+    """
 
 
 class StateLockedError(GradwatchError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,11 +19,16 @@ from gradwatch.config import Settings
 from gradwatch.detectors import DETECTORS, Detector
 from gradwatch.downsample import MinMaxBuckets
 from gradwatch.errors import InputError
+from gradwatch.evidence import Evidence
 from gradwatch.parsers import PARSERS, Parser, new_parsers
 from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.records import METRICS
 from gradwatch.sources.archive import read_chunks
+from gradwatch.sources.stdin import STDIN, read_stdin
 from gradwatch.spike_score import SpikeScore
+
+if TYPE_CHECKING:
+    from gradwatch.sinks.snapshot import SnapshotWriter
 
 
 @dataclass
@@ -84,6 +90,9 @@ class FileCheck:
     recent-values window from it).
     """
 
+    #: recent raw lines, records and events for snapshots (set by `SnapshotWriter.watch`; None: not kept)
+    evidence: Evidence | None = None
+
     def __init__(
         self, path: str, settings: Settings, fmt: str | None = None, on_batch: Callable[[Batch], None] | None = None
     ) -> None:
@@ -93,6 +102,8 @@ class FileCheck:
         self.on_batch = on_batch
 
     def feed(self, data: bytes) -> list[Alert]:
+        if self.evidence is not None:
+            self.evidence.data(data)
         self.stream.feed(data)
         return self._run(self.stream.take())
 
@@ -107,6 +118,8 @@ class FileCheck:
 
     def _run(self, batch: Batch) -> list[Alert]:
         self._summarise(batch)
+        if self.evidence is not None:
+            self.evidence.batch(batch)
         if self.on_batch is not None:
             self.on_batch(batch)
         alerts: list[Alert] = []
@@ -137,24 +150,39 @@ class FileCheck:
 
 
 def check_path(
-    path: Path, settings: Settings, fmt: str | None = None, on_batch: Callable[[Batch], None] | None = None
+    path: Path | None,
+    settings: Settings,
+    fmt: str | None = None,
+    on_batch: Callable[[Batch], None] | None = None,
+    snapshots: SnapshotWriter | None = None,
 ) -> tuple[FileSummary, list[Alert]]:
-    """Check one archived file from start to end (`on_batch` as in `FileCheck`)."""
-    check = FileCheck(str(path), settings, fmt, on_batch)
+    """Check one archived file, or all of standard input when `path` is None, from start to end.
+
+    `on_batch` as in `FileCheck`; `snapshots` writes the evidence of each alert.
+    """
+    check = FileCheck(STDIN if path is None else str(path), settings, fmt, on_batch)
+    if snapshots is not None:
+        snapshots.watch(check)
+
+    def evidenced(found: list[Alert]) -> list[Alert]:
+        return found if snapshots is None else snapshots.attach(check, found)
+
     alerts: list[Alert] = []
     try:
-        for chunk in read_chunks(path):
-            alerts += check.feed(chunk)
+        for chunk in read_stdin() if path is None else read_chunks(path):
+            alerts += evidenced(check.feed(chunk))
     except InputError as e:  # a missing file, or a damaged gzip: what came before it is still checked
         check.summary.error = str(e)
-    alerts += check.close()
+    alerts += evidenced(check.close())
+    if snapshots is not None:
+        snapshots.close(check)
     if check.summary.records == 0 and check.summary.error is None:
-        check.summary.error = no_format_message(path, check.stream.lines)
+        check.summary.error = no_format_message(check.summary.path, check.stream.lines)
     alerts.sort(key=Alert.sort_key)
     return check.summary, alerts
 
 
-def no_format_message(path: Path, lines: int) -> str:
+def no_format_message(path: Path | str, lines: int) -> str:
     what = "is empty: no training records" if lines == 0 else f"has {lines} lines but no training records"
     names = ", ".join(n for n, c in PARSERS.items() if not c.auxiliary or n == "deepspeed")
     return (

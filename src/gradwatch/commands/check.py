@@ -1,29 +1,41 @@
-"""`gradwatch check`: every file through the pipeline, one report, progress on stderr."""
+"""`gradwatch check`: every file (or standard input, `-`) through the pipeline, one report."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gradwatch.alerts import Severity
 from gradwatch.config import Settings
+from gradwatch.errors import InputError, UsageError
 from gradwatch.pipeline import check_path
 from gradwatch.sinks.report import Report
+from gradwatch.sinks.snapshot import SnapshotWriter
 from gradwatch.sources.archive import expand_paths
 
 
 def run_check(
-    paths: list[str], settings: Settings, fmt: str | None, fail_on: Severity, progress: bool = False
+    paths: list[str],
+    settings: Settings,
+    fmt: str | None,
+    fail_on: Severity,
+    progress: bool = False,
+    snapshots: SnapshotWriter | None = None,
 ) -> Report:
+    """Check `paths` in order; `-` is standard input (a file named `-` is `./-`)."""
     from gradwatch.parsers import new_parsers
 
     if fmt is not None and fmt not in {c.name for c in settings.custom_formats}:
         new_parsers(fmt)  # raises UsageError for an unknown format before any file is read
+    if paths.count("-") > 1:
+        raise UsageError("`-` (standard input) can be given once")
     report = Report(fail_on=fail_on)
-    files = expand_paths(paths)
+    files: list[Path | None] = []  # None: standard input
+    for arg in paths:
+        files += [None] if arg == "-" else expand_paths([arg])
     if not files:
-        from gradwatch.errors import InputError
-
         raise InputError(f"no log files found in {', '.join(paths)}")
     for path in files:
-        summary, alerts = check_path(path, settings, fmt)
+        summary, alerts = check_path(path, settings, fmt, snapshots=snapshots)
         report.files.append(summary)
         report.alerts.extend(alerts)
     return report

@@ -20,19 +20,24 @@ class StepGaps:
 
     def segments(self, steps: np.ndarray) -> list[tuple[int, int, bool]]:
         """(start, end, reset) slices of `steps`; `reset` says the slice follows a stale gap."""
-        out: list[tuple[int, int, bool]] = []
-        start, reset = 0, False
-        for i, step in enumerate(steps.tolist()):
-            last = self.last_step
-            if last is not None:
-                diff = step - last
-                if diff > 0 and self.interval is not None and diff > self.factor * self.interval:
-                    if i > start:
-                        out.append((start, i, reset))
-                    start, reset = i, True
-                if diff > 0 and (self.interval is None or diff < self.interval):
-                    self.interval = diff
-            self.last_step = step
-        if start < len(steps):
-            out.append((start, len(steps), reset))
-        return out
+        if len(steps) == 0:
+            return []
+        no_interval = np.iinfo(np.int64).max
+        last = self.last_step if self.last_step is not None else -1
+        diffs = steps - np.concatenate([[last], steps[:-1]])
+        if self.last_step is None:
+            diffs[0] = 0
+        positive = np.where(diffs > 0, diffs, no_interval)
+        start_interval = self.interval if self.interval is not None else no_interval
+        interval_after = np.minimum.accumulate(np.concatenate([[start_interval], positive]))
+        interval_before = interval_after[:-1]
+        known = interval_before != no_interval
+        resets = np.flatnonzero((diffs > 0) & known & (diffs > self.factor * np.where(known, interval_before, 1)))
+        self.last_step = int(steps[-1])
+        self.interval = None if interval_after[-1] == no_interval else int(interval_after[-1])
+        bounds = [0, *resets.tolist(), len(steps)]
+        return [
+            (lo, hi, lo > 0 or (len(resets) > 0 and resets[0] == 0))
+            for lo, hi in zip(bounds, bounds[1:], strict=False)
+            if hi > lo
+        ]

@@ -15,6 +15,12 @@ The step is the global batch: `[batch=N/M]` directly; otherwise `time/batch + 1`
 else one more than the previous record. Eval blocks become a record with `val_loss` at the last
 training step, plus a validation event.
 `Loading checkpoint from <path>` (no trailing `...`, which is OLMo's) is a checkpoint-load event.
+
+Composer prints no step time and no timestamps, but SpeedMonitor's `time/train` is the training
+wall clock in hours: its growth between two training records over the batches between them is the
+mean step time (`step_time_s`, as Megatron's elapsed time per iteration), so a hang that ended is
+visible. It is printed to 4 decimals (0.36 s), so a difference is used once it spans at least
+`_MIN_CLOCK_TICKS` of them (at most 10% off); until then the earlier record stays the reference.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ _MARKER = re.compile(r"(?:\[epoch=(\d{1,6})\])?\[(\w+)=(\d{1,18})(?:/(\d{1,12}))
 _EVAL_MARKER = re.compile(r"\[Eval batch=\d+/\d+\] Eval on .* data:\s*$")
 _METRIC = re.compile(r"^\s*(Train|Eval) (.+?): (.*)$")
 _LOADING = re.compile(r"Loading checkpoint from (\S+)\s*$")
+_CLOCK_KEY = "time/train"
+_CLOCK_TICK_H = 1e-4  # `time/train` is printed in hours with 4 decimals
+_MIN_CLOCK_TICKS = 10
 
 _TRAIN_KEYS: dict[str, str] = {
     "loss/train/total": "loss",
@@ -51,7 +60,7 @@ _TRAIN_FALLBACK: dict[str, str] = {
 class _Open:
     """The record being read."""
 
-    __slots__ = ("step", "exact", "line", "ts", "metrics", "fallback", "time_batch", "is_eval")
+    __slots__ = ("step", "exact", "line", "ts", "metrics", "fallback", "time_batch", "is_eval", "clock_h")
 
     def __init__(self, step: int | None, line: int, ts: float | None, is_eval: bool, exact: bool = False) -> None:
         self.step = step
@@ -62,6 +71,7 @@ class _Open:
         self.metrics: dict[str, float] = {}
         self.fallback: dict[str, float] = {}
         self.time_batch: float | None = None
+        self.clock_h: float | None = None  # `time/train`, hours
 
 
 class ComposerParser(Parser):
@@ -72,6 +82,7 @@ class ComposerParser(Parser):
     def __init__(self) -> None:
         self._open: _Open | None = None
         self._last_step: int | None = None
+        self._clock: tuple[int, float] | None = None  # (step, time/train hours) of the reference record
 
     @property
     def collecting(self) -> bool:
@@ -130,6 +141,9 @@ class ComposerParser(Parser):
                 tb = float("nan")
             if 0 <= tb < 1e18:  # NaN fails too
                 rec.time_batch = tb
+        elif key == _CLOCK_KEY:
+            with contextlib.suppress(ValueError):
+                rec.clock_h = number(value)
         canonical = _TRAIN_KEYS.get(key)
         if canonical is None and key.startswith("lr-"):
             canonical = "lr"
@@ -145,6 +159,17 @@ class ComposerParser(Parser):
         with contextlib.suppress(ValueError):  # a quoted string or a table is not a number
             into[name] = number(value)
 
+    def _step_time(self, step: int, clock_h: float, metrics: dict[str, float]) -> None:
+        """Set `step_time_s` from the growth of `time/train` since the reference record."""
+        ref = self._clock
+        if ref is None or step <= ref[0] or not clock_h >= ref[1]:  # a restart resets the clock
+            self._clock = (step, clock_h)
+            return
+        if clock_h - ref[1] < _MIN_CLOCK_TICKS * _CLOCK_TICK_H:
+            return
+        metrics.setdefault("step_time_s", (clock_h - ref[1]) * 3600.0 / (step - ref[0]))
+        self._clock = (step, clock_h)
+
     def flush(self, out: ParseOutput) -> None:
         rec, self._open = self._open, None
         if rec is None:
@@ -159,6 +184,8 @@ class ComposerParser(Parser):
             step = int(rec.time_batch) + 1
         if step is None and not rec.is_eval:
             step = (self._last_step or 0) + 1
+        if not rec.is_eval and step is not None and rec.clock_h is not None:
+            self._step_time(step, rec.clock_h, metrics)
         nonfinite = [k for k, v in metrics.items() if is_nonfinite(v)]
         out.record(self.name, step, rec.line, rec.ts, metrics, nonfinite)
         if rec.is_eval:

@@ -37,6 +37,8 @@ def alert_line(alert: Alert, at: float | None = None) -> Text:
     t.append(f" {safe_text(where)}", style="dim")
     t.append(f" {safe_text(alert.message)}")
     t.append(f" (hint: {safe_text(alert.hint)})", style="italic dim")
+    if alert.snapshot is not None:
+        t.append(f" snapshot: {safe_text(alert.snapshot)}", style="dim")
     return t
 
 

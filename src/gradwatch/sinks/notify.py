@@ -21,12 +21,12 @@ __all__ = ["alert_env", "run_command"]
 
 
 def alert_env(alert: Alert) -> dict[str, str]:
-    """GRADWATCH_DETECTOR, _SEVERITY, _STEP, _LINE, _PATH, _METRIC, _VALUE, _MESSAGE, _HINT.
+    """GRADWATCH_DETECTOR, _SEVERITY, _STEP, _LINE, _PATH, _METRIC, _VALUE, _MESSAGE, _HINT, _SNAPSHOT.
 
     A field without a value is an empty string.
     """
     fields = alert.to_json()
-    names = ("detector", "severity", "step", "line", "path", "metric", "value", "message", "hint")
+    names = ("detector", "severity", "step", "line", "path", "metric", "value", "message", "hint", "snapshot")
     return {f"GRADWATCH_{n.upper()}": "" if fields[n] is None else str(fields[n]).replace("\0", "") for n in names}
 
 

@@ -132,6 +132,8 @@ class Report:
                 what = Text(safe_text(a.message))
                 where = f"{a.path}:{a.line}" if a.line is not None else (a.path or "")
                 what.append(f"\n{safe_text(where)}", style="dim")
+                if a.snapshot is not None:
+                    what.append(f"\nsnapshot: {safe_text(a.snapshot)}", style="dim")
                 what.append(f"\nhint: {safe_text(a.hint)}", style="italic dim")
                 table.add_row(
                     Text(str(a.severity), style=SEVERITY_STYLE[a.severity]),
