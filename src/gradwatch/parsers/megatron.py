@@ -146,18 +146,8 @@ class MegatronParser(Parser):
             self._template = _compile_template(body)
         else:
             metrics, nonfinite = {}, []
-            for (name, scale), value in zip(template.specs, found.groups(), strict=False):  # type: ignore[union-attr]
-                try:
-                    v = float(value)
-                except ValueError:
-                    try:
-                        v = number(value)
-                    except ValueError:
-                        continue
-                v *= scale
-                if v != v or v in (_INF, _NEG_INF):
-                    nonfinite.append(name)
-                metrics[name] = v
+            for spec, value in zip(template.specs, found.groups(), strict=False):  # type: ignore[union-attr]
+                _put(metrics, nonfinite, spec, value)
         if metrics.get("loss_scale") == -1.0:  # 2021 pipeline runs print -1.0 as "not computed"
             del metrics["loss_scale"]
         if metrics.get("loss") == 0.0 and metrics.get("skipped"):
@@ -263,20 +253,8 @@ class MegatronParser(Parser):
                 if len(cache) > 4096:
                     cache.clear()
                 cache[key] = spec
-            if spec is None:
-                continue
-            try:
-                v = float(value)
-            except ValueError:
-                try:
-                    v = number(value)
-                except ValueError:
-                    continue
-            name, scale = typing.cast(tuple[str, float], spec)
-            v *= scale
-            if v != v or v in (_INF, _NEG_INF):
-                nonfinite.append(name)
-            metrics[name] = v
+            if spec is not None:
+                _put(metrics, nonfinite, typing.cast(tuple[str, float], spec), value)
         return metrics, nonfinite
 
     @staticmethod
@@ -373,6 +351,22 @@ def _compile_template(body: str) -> _Template | None:
     line = re.compile(r"\|".join(line_pieces) + r"$")
     block = re.compile(r"iteration[=:]?[ \t]*(\d+)[ \t]*/[ \t]*(\d+)" + r"\|".join(block_pieces) + r"[ \t\r]*$", re.M)
     return _Template(line, block, tuple(specs))
+
+
+def _put(metrics: dict[str, float], nonfinite: list[str], spec: tuple[str, float], value: str) -> None:
+    """Read one field's value into `metrics` (scaled), noting nan/inf; an unreadable value is skipped."""
+    try:
+        v = float(value)
+    except ValueError:
+        try:
+            v = number(value)
+        except ValueError:
+            return
+    name, scale = spec
+    v *= scale
+    if v != v or v in (_INF, _NEG_INF):
+        nonfinite.append(name)
+    metrics[name] = v
 
 
 def _parse_all(groups: list[tuple[str, ...]], width: int) -> np.ndarray | None:
