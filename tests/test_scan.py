@@ -383,6 +383,43 @@ def test_a_scan_killed_mid_run_leaves_a_usable_state(tmp_path: Path) -> None:
     assert sorted(keys(first["alerts"]) + keys(second["alerts"])) == expected_alerts(log)
 
 
+#: A --notify-cmd that writes its pid to a file, then hangs: a pager that never answers.
+HANGING = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+
+
+def test_a_scan_killed_while_notifying_leaves_a_usable_state(tmp_path: Path, full_log: bytes) -> None:
+    """SIGKILL while --notify-cmd runs for the first alert (and the command with it, as a job's cgroup
+    goes): the next scan reads nothing again, reports nothing again, and delivers every owed
+    notification exactly once."""
+    log, state, sent, hung = tmp_path / "run.log", tmp_path / "state.json", tmp_path / "sent.jsonl", tmp_path / "pid"
+    log.write_bytes(full_log)
+    hanging = f"{sys.executable} -c {json.dumps(HANGING)} {hung}"
+    victim = subprocess.Popen(
+        [*gradwatch_cmd(), "scan", str(log), "--state", str(state), "--notify-cmd", hanging],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (hung.exists() and hung.read_text()):
+            assert victim.poll() is None and time.monotonic() < deadline, "the notification never started"
+            time.sleep(0.02)
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    os.killpg(int(hung.read_text()), signal.SIGKILL)  # the command runs in its own session
+
+    recorder = f"{sys.executable} -c {json.dumps(RECORDER)} {sent}"
+    code, second, _ = scan(str(log), "--notify-cmd", recorder, state=state)
+    n = len(notifiable(expected_alerts(log)))
+    assert [(f["restarted"], f["new_bytes"], f["offset"]) for f in second["files"]] == [(None, 0, len(full_log))]
+    assert code == 0 and second["alerts"] == []  # the killed scan saved them before notifying
+    assert second["notifications"] == {"sent": n, "errors": [], "owed": 0}
+    _, third, _ = scan(str(log), "--notify-cmd", recorder, state=state)
+    assert third["notifications"]["sent"] == 0
+    assert sorted((a["detector"], a["step"]) for a in recorded(sent)) == notifiable(expected_alerts(log))
+
+
 # ---- stall by the wall clock ----------------------------------------------------------------------
 def test_a_stalled_run_alerts_once_and_again_after_it_resumed_and_stalled(tmp_path: Path, full_log: bytes) -> None:
     running = full_log[: full_log.rindex(b"[after training is done]")]  # a run that said it ended is not stalled

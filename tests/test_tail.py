@@ -12,18 +12,22 @@ import contextlib
 import fcntl
 import io
 import json
+import math
 import os
 import pty
 import queue
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
 import termios
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,7 @@ from gradwatch.cli import cli
 from gradwatch.config import load
 from gradwatch.detectors.stall import Stall
 from gradwatch.pipeline import FileCheck
+from gradwatch.sinks import prometheus
 from gradwatch.sinks.live import LiveView
 from tests.conftest import gradwatch_cmd
 from tests.tail_writer import megatron_line, write_lines
@@ -446,7 +451,7 @@ def test_live_view_fits_the_terminal(tmp_path: Path, width: int, height: int) ->
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["-"], "standard input"),
+        (["-", "x.log"], "standard input"),
         (["x.log", "--on-alert", "no-such-command-gw"], "neither an executable file nor a command"),
         (["x.log", "--on-alert", "'unbalanced"], "No closing quotation"),
         (["x.log", "--output", "live"], "needs a terminal"),
@@ -457,3 +462,67 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> 
     result = CliRunner().invoke(cli, ["tail", *args])
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
+
+
+# ---- --metrics-port ---------------------------------------------------------------------------------
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str) -> Samples:
+    """GET /metrics and parse it with prometheus_client's own parser."""
+    parser = pytest.importorskip("prometheus_client.parser")
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    families = parser.text_string_to_metric_families(text)
+    return {(s.name, frozenset(s.labels.items())): s.value for f in families for s in f.samples}
+
+
+def test_metrics_port_serves_the_textfile_gauges_while_following(tmp_path: Path, tails: Any) -> None:
+    log = tmp_path / "main_log.txt"
+    write_lines(str(log), 1000, 60)
+    t = tails(str(log), "--metrics-port", "0")
+    url = t.wait_for(lambda o: o["type"] == "notice" and o["kind"] == "metrics", what="metrics notice")["path"]
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/metrics", url)
+    run = frozenset({("path", str(log)), ("run", "main_log")})
+    assert scrape(url)[("gradwatch_last_step", run)] == 1059
+
+    write_lines(str(log), 1060, 20, spikes={1070})
+    t.alert_at(1070)
+    wait_until(lambda: scrape(url).get(("gradwatch_last_step", run)) == 1079)
+    samples = scrape(url)
+    spikes = run | {("detector", "grad_norm_spike"), ("severity", "warning")}
+    assert samples[("gradwatch_alerts_total", spikes)] == 1
+    assert math.isclose(samples[("gradwatch_grad_norm", run)], 1.0 + 0.01 * (1079 % 7), rel_tol=1e-3)
+    assert samples[("gradwatch_loss_scale", run)] == 65536 and samples[("gradwatch_lr", run)] == 1e-4
+    assert 0 <= samples[("gradwatch_seconds_since_last_step", run)] < 10
+    assert {name for name, _ in samples} == {f.name for f in prometheus.families([])}  # the textfile's names
+
+    t.stop()
+    with pytest.raises(urllib.error.URLError):  # the server ends with the tail
+        urllib.request.urlopen(url, timeout=5)
+
+
+def test_metrics_port_in_use_is_a_usage_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["tail", str(tmp_path / "x.log"), "--metrics-port", str(port)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"--metrics-port {port}: cannot listen on 127.0.0.1:" in result.output
+
+
+def test_metrics_port_without_prometheus_client_says_how_to_install_it(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['prometheus_client'] = None\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))}
+    p = subprocess.run(
+        [*gradwatch_cmd(), "tail", str(tmp_path / "x.log"), "--metrics-port", "0", "--output", "jsonl"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr == "error: --metrics-port needs prometheus_client: pip install 'gradwatch[prometheus]'\n"

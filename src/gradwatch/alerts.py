@@ -9,6 +9,8 @@ from typing import Any
 
 
 class Severity(IntEnum):
+    """How bad: `info` (context, or an incident is over), `warning`, `critical`; ordered for --fail-on."""
+
     INFO = 0
     WARNING = 1
     CRITICAL = 2
@@ -26,6 +28,11 @@ class Severity(IntEnum):
 
 @dataclass(frozen=True)
 class Alert:
+    """One incident: which detector, how bad, where (step, file, line), the numbers, and what to do.
+
+    Detectors build them with `Detector.alert`, which fills in `detector` and `path`.
+    """
+
     detector: str
     severity: Severity
     step: int | None

@@ -6,15 +6,21 @@ Heavy modules (pandas, numpy, rich tables) are imported inside the commands so t
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from gradwatch import __version__
 from gradwatch.errors import ExitCode, GradwatchError
+from gradwatch.plugins import failures as plugin_failures
+
+if TYPE_CHECKING:
+    from gradwatch.config import Settings
+    from gradwatch.sinks.snapshot import SnapshotWriter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,12 +31,46 @@ CONFIG_OPTION = click.option(
     default=None,
     help="YAML file overriding configs/default.yaml key by key.",
 )
+SNAPSHOT_OPTION = click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Write one JSON file of evidence per warning or critical alert into DIR (created if missing): "
+    "recent records, the raw lines around it, the detector's settings, recent events. Limits: the "
+    "`snapshots:` config section.",
+)
+#: `--output` formats for CI (sinks/ci.py), for check and scan.
+CI_OUTPUTS = ("junit", "github", "markdown")
+CI_OUTPUTS_HELP = (
+    "junit: JUnit XML; github: GitHub Actions annotations; "
+    "markdown: tables, also appended to $GITHUB_STEP_SUMMARY when set."
+)
+#: Log paths: files are offered when completing them in a shell.
+PATHS_ARGUMENT = click.argument("paths", nargs=-1, required=True, type=click.Path())
+_EXAMPLES = "\b\nExamples:"
 
 
-class _Group(click.Group):
+class _Command(click.Command):
+    """Help that ends with the docstring's Examples block, after the options: where the eye lands."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        text = inspect.cleandoc(self.help or "")
+        if _EXAMPLES in text and not self.epilog:
+            head, examples = text.split(_EXAMPLES, 1)
+            self.help, self.epilog = head.rstrip(), _EXAMPLES + examples
+
+
+class _Group(_Command, click.Group):
+    command_class = _Command
+    group_class = type  # subgroups are _Group too
+
     def main(self, *args: Any, **kwargs: Any) -> Any:  # one place turns our errors into exit codes
         try:
-            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
+            result = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
+        except SystemExit as e:
+            sys.exit(_with_plugin_failures(e.code))
         except GradwatchError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(int(e.exit_code))
@@ -47,6 +87,14 @@ class _Group(click.Group):
             sys.exit(1)
         except KeyboardInterrupt:
             sys.exit(130)
+        if plugin_failures.any_failed():
+            sys.exit(int(ExitCode.USAGE))
+        return result
+
+
+def _with_plugin_failures(code: Any) -> Any:
+    """A plugin that failed (reported on stderr as it happened) makes a 0 or 1 exit code 2."""
+    return int(ExitCode.USAGE) if plugin_failures.any_failed() and code in (None, 0, 1) else code
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -55,15 +103,21 @@ def cli() -> None:
     """Watch training logs for grad-norm spikes, fp16 loss-scale collapse, NaNs and logit drift.
 
     \b
+    Shell completion:
+      eval "$(_GRADWATCH_COMPLETE=bash_source gradwatch)"   # in ~/.bashrc
+      eval "$(_GRADWATCH_COMPLETE=zsh_source gradwatch)"    # in ~/.zshrc
+      _GRADWATCH_COMPLETE=fish_source gradwatch > ~/.config/fish/completions/gradwatch.fish
+
+    \b
     Examples:
       gradwatch check examples/logs/megatron-ds-fp16-resume-collapse.log
+      python train.py 2>&1 | tee -p train.log | gradwatch tail -
       gradwatch check logs/ --output json --fail-on critical
-      gradwatch formats
     """
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True)
+@PATHS_ARGUMENT
 @CONFIG_OPTION
 @click.option(
     "--format",
@@ -74,10 +128,10 @@ def cli() -> None:
 )
 @click.option(
     "--output",
-    type=click.Choice(["text", "json"]),
+    type=click.Choice(["text", "json", *CI_OUTPUTS]),
     default="text",
     show_default=True,
-    help="text: a report per file; json: one JSON object on stdout.",
+    help="text: a report per file; json: one JSON object on stdout; " + CI_OUTPUTS_HELP,
 )
 @click.option(
     "--fail-on",
@@ -86,11 +140,19 @@ def cli() -> None:
     show_default=True,
     help="Lowest alert severity that makes the exit code 1.",
 )
-def check(paths: tuple[str, ...], config_path: str | None, fmt: str | None, output: str, fail_on: str) -> None:
+@SNAPSHOT_OPTION
+def check(
+    paths: tuple[str, ...],
+    config_path: str | None,
+    fmt: str | None,
+    output: str,
+    fail_on: str,
+    snapshot_dir: str | None,
+) -> None:
     """Check archived logs and report what went wrong, where, and what to do.
 
     PATHS are log files (plain or .gz) or directories, searched recursively for
-    *.log *.txt *.out *.jsonl (and .gz).
+    *.log *.txt *.out *.jsonl (and .gz); `-` reads standard input to its end.
 
     \b
     Exit codes:
@@ -101,22 +163,39 @@ def check(paths: tuple[str, ...], config_path: str | None, fmt: str | None, outp
     \b
     Examples:
       gradwatch check examples/logs/megatron-ds-fp16-resume-collapse.log
-      gradwatch check run1/main_log.txt.gz run2/ --fail-on critical
-      gradwatch check logs/ --output json > report.json
+      ssh login1 cat /scratch/run42/main_log.txt | gradwatch check - --snapshot-dir evidence/
+      gradwatch check logs/ --output junit > gradwatch-junit.xml
     """
     from gradwatch import config
     from gradwatch.alerts import Severity
     from gradwatch.commands.check import run_check
 
     settings = config.load(config_path)
-    report = run_check(list(paths), settings, fmt, Severity.parse(fail_on), progress=output == "text")
+    snapshots = _snapshot_writer(snapshot_dir, settings)
+    report = run_check(
+        list(paths), settings, fmt, Severity.parse(fail_on), progress=output == "text", snapshots=snapshots
+    )
     _emit(report, output)
     sys.exit(int(report.exit_code))
+
+
+def _snapshot_writer(directory: str | None, settings: Settings) -> SnapshotWriter | None:
+    """The `--snapshot-dir` writer of check and scan (None without the option); warnings go to stderr."""
+    if directory is None:
+        return None
+    from gradwatch.sinks.snapshot import SnapshotWriter
+
+    return SnapshotWriter.open(directory, settings.snapshots, lambda m: click.echo(f"warning: {m}", err=True))
 
 
 def _emit(report: Any, output: str) -> None:
     if output == "json":
         click.echo(report.dumps())
+        return
+    if output in CI_OUTPUTS:
+        from gradwatch.sinks.ci import emit
+
+        click.echo(emit(report, output, warn=lambda m: click.echo(f"warning: {m}", err=True)), nl=False)
         return
     from gradwatch.commands.console import stdout_console
 
@@ -124,7 +203,7 @@ def _emit(report: Any, output: str) -> None:
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True)
+@PATHS_ARGUMENT
 @click.option(
     "--state",
     "state_path",
@@ -159,10 +238,10 @@ def _emit(report: Any, output: str) -> None:
 )
 @click.option(
     "--output",
-    type=click.Choice(["text", "json"]),
+    type=click.Choice(["text", "json", *CI_OUTPUTS]),
     default="text",
     show_default=True,
-    help="text: a report per file; json: check's JSON plus new_bytes per file and notifications.",
+    help="text: a report per file; json: check's JSON plus new_bytes per file and notifications; " + CI_OUTPUTS_HELP,
 )
 @click.option(
     "--fail-on",
@@ -179,6 +258,7 @@ def _emit(report: Any, output: str) -> None:
     metavar="SECONDS",
     help="How long to wait for another scan of the same --state before giving up (exit 3).",
 )
+@SNAPSHOT_OPTION
 def scan(
     paths: tuple[str, ...],
     state_path: str,
@@ -190,6 +270,7 @@ def scan(
     output: str,
     fail_on: str,
     lock_wait: float,
+    snapshot_dir: str | None,
 ) -> None:
     """Scan logs once, reading only what was appended since the last scan (for cron).
 
@@ -208,20 +289,22 @@ def scan(
     \b
     Examples:
       */5 * * * * gradwatch scan '/scratch/*/train.log' --state ~/gw.json --webhook-format slack --webhook "$SLACK_URL"
-      gradwatch scan logs/ --state scan.json --notify-cmd 'mail -s gradwatch me@example.org'
+      gradwatch scan logs/ --state scan.json --notify-cmd 'mail -s gradwatch me@example.org' --snapshot-dir evidence/
       gradwatch scan 'runs/*.log' --state scan.json --textfile /var/lib/node_exporter/textfile --output json
     """
     from gradwatch import config as cfg
     from gradwatch.commands.scan import run_scan, scan_options
 
-    options = scan_options(state_path, fail_on, notify_cmd, webhook, webhook_format, textfile, lock_wait)
-    report = run_scan(list(paths), cfg.load(config_path), options, warn=lambda m: click.echo(f"warning: {m}", err=True))
+    settings = cfg.load(config_path)
+    snapshots = _snapshot_writer(snapshot_dir, settings)
+    options = scan_options(state_path, fail_on, notify_cmd, webhook, webhook_format, textfile, lock_wait, snapshots)
+    report = run_scan(list(paths), settings, options, warn=lambda m: click.echo(f"warning: {m}", err=True))
     _emit(report, output)
     sys.exit(int(report.exit_code))
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True)
+@PATHS_ARGUMENT
 @CONFIG_OPTION
 @click.option("--format", "fmt", default=None, metavar="NAME", help="Read every file as format NAME.")
 @click.option(
@@ -276,6 +359,22 @@ def scan(
     metavar="SECONDS",
     help="A status line (text, jsonl) this often.",
 )
+@SNAPSHOT_OPTION
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="N",
+    help="Serve scan --textfile's gauges at http://ADDR:N/metrics for Prometheus (0: any free port, "
+    "printed as a notice); needs pip install 'gradwatch[prometheus]'.",
+)
+@click.option(
+    "--metrics-addr",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="ADDR",
+    help="Address --metrics-port listens on (0.0.0.0: every interface).",
+)
 def tail(
     paths: tuple[str, ...],
     config_path: str | None,
@@ -288,13 +387,18 @@ def tail(
     on_alert_timeout: float,
     exit_on: str | None,
     status_every: float,
+    snapshot_dir: str | None,
+    metrics_port: int | None,
+    metrics_addr: str,
 ) -> None:
     """Follow live logs and alert as problems appear, through rotation and truncation.
 
     PATHS are log files (waited for if they do not exist yet), directories, or quoted
     globs (new matching files, e.g. per-rank logs, are picked up). What the files
     hold is read first so that baselines are warm, then new lines as they come.
-    Ctrl-C or SIGTERM stops with a summary.
+    Ctrl-C or SIGTERM stops with a summary. `-` alone reads standard input (a pipe
+    from the training command) and stops with the summary at its end; `tee -p`
+    keeps the training alive if gradwatch exits first (--exit-on).
 
     \b
     Exit codes:
@@ -304,9 +408,9 @@ def tail(
 
     \b
     Examples:
-      gradwatch tail /scratch/run42/main_log.txt
-      gradwatch tail 'logs/rank*.log' --output jsonl --exit-on critical
+      gradwatch tail '/scratch/runs/*/train.log' --metrics-port 9464 --snapshot-dir evidence/
       gradwatch tail train.log --on-alert 'scancel 123456' --on-alert-severity critical
+      python train.py 2>&1 | tee -p train.log | gradwatch tail -
     """
     from gradwatch import config as cfg
     from gradwatch.commands.tail import TailOptions, run_tail
@@ -322,6 +426,9 @@ def tail(
         on_alert_timeout=on_alert_timeout,
         exit_on=exit_on,
         status_every=status_every,
+        snapshot_dir=snapshot_dir,
+        metrics_port=metrics_port,
+        metrics_addr=metrics_addr,
     )
     sys.exit(int(run_tail(options, cfg.load(config_path))))
 
@@ -377,40 +484,55 @@ def config_init(path: str, force: bool) -> None:
 
 
 @cli.command()
-def formats() -> None:
-    """List the log formats gradwatch can read, one per line.
+@CONFIG_OPTION
+def formats(config_path: str | None) -> None:
+    """List the log formats gradwatch can read, one per line; plugins say where they come from.
 
     \b
     Examples:
       gradwatch formats
+      gradwatch formats --config my.yaml
       gradwatch check run.log --format megatron
     """
+    from gradwatch import config as cfg
     from gradwatch.parsers import PARSERS
 
+    cfg.load(config_path)  # loads the plugins
     width = max(map(len, PARSERS))
     for name, cls in PARSERS.items():
         kind = " (also inside other formats)" if cls.auxiliary else ""
-        click.echo(f"{name:<{width}}  {cls.description}{kind}")
+        click.echo(f"{name:<{width}}  {cls.description}{kind}{_plugin_origin('parser', name)}")
 
 
 @cli.command()
-def detectors() -> None:
-    """List the detectors, one per line, with their config section name.
+@CONFIG_OPTION
+def detectors(config_path: str | None) -> None:
+    """List the detectors, one per line, with their config section name; plugins say where they come from.
 
     \b
     Examples:
       gradwatch detectors
+      gradwatch detectors --config my.yaml
       gradwatch config show | grep -A12 grad_norm_spike
     """
+    from gradwatch import config as cfg
     from gradwatch.detectors import DETECTORS
 
+    cfg.load(config_path)  # loads the plugins
     width = max(map(len, DETECTORS))
     for det_id, cls in DETECTORS.items():
-        click.echo(f"{det_id:<{width}}  {cls.description}")
+        click.echo(f"{det_id:<{width}}  {cls.description}{_plugin_origin('detector', det_id)}")
+
+
+def _plugin_origin(kind: str, name: str) -> str:
+    from gradwatch.plugins.registry import BUILTIN, origin_of
+
+    origin = origin_of(kind, name)
+    return "" if origin == BUILTIN else f"  [plugin: {origin}]"
 
 
 @cli.command()
-@click.argument("path")
+@click.argument("path", type=click.Path())
 @click.option(
     "--out",
     "out_path",
@@ -449,7 +571,7 @@ def _split(value: str | None) -> list[str] | None:
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True)
+@PATHS_ARGUMENT
 @OUT_OPTION
 @CONFIG_OPTION
 @click.option(
@@ -485,7 +607,7 @@ def report(paths: tuple[str, ...], out_path: str, config_path: str | None, metri
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True)
+@PATHS_ARGUMENT
 @OUT_OPTION
 @CONFIG_OPTION
 @click.option(
@@ -539,4 +661,5 @@ def compare(
 
 
 def main() -> None:
-    cli()
+    # fixed names: the same under `python -m gradwatch`, and what completion scripts register
+    cli(prog_name="gradwatch", complete_var="_GRADWATCH_COMPLETE")

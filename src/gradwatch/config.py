@@ -1,8 +1,9 @@
 """Configuration: the packaged defaults, a user's YAML on top key by key, validated strictly.
 
 Every detector's section is checked against its `Config` dataclass: an unknown key or a value of
-the wrong type is a `ConfigError` naming the file and the dotted key path. YAML is only ever read
-with `yaml.safe_load`.
+the wrong type is a `ConfigError` naming the file and the dotted key path. Plugin detectors are no
+exception: installed plugins and the files under `plugins:` are loaded before the merge, so their
+sections are checked the same way. YAML is only ever read with `yaml.safe_load`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 
 from gradwatch.detectors import DETECTORS, DetectorConfig
 from gradwatch.errors import ConfigError
+from gradwatch.plugins import loader
 
 DEFAULT_NAME = "default.yaml"
 _T = TypeVar("_T")
@@ -60,6 +62,8 @@ class Settings:
     custom_formats: tuple[CustomFormat, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
     snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
+    #: plugin files named under `plugins:`, as absolute paths
+    plugins: tuple[str, ...] = ()
 
 
 def default_text() -> str:
@@ -67,8 +71,9 @@ def default_text() -> str:
 
 
 def load(path: str | Path | None = None) -> Settings:
-    """Defaults, overridden by the YAML file at `path` when given."""
+    """Defaults, overridden by the YAML file at `path` when given (plugins load first)."""
     raw = _parse(default_text(), DEFAULT_NAME)
+    loader.load_installed()
     if path is not None:
         p = Path(path)
         try:
@@ -82,8 +87,28 @@ def load(path: str | Path | None = None) -> Settings:
             user = {}
         if not isinstance(user, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of sections, got {_kind(user)}")
-        raw = _merge(raw, user, str(p), "")
+        plugins = _plugin_files(user.get("plugins"), p)
+        loader.load_files(plugins)
+        raw = _merge(_with_plugin_sections(raw), user, str(p), "")
+        raw["plugins"] = [str(f) for f in plugins]
     return _build(raw, str(path) if path else DEFAULT_NAME)
+
+
+def _plugin_files(value: Any, config: Path) -> list[Path]:
+    """`plugins:`: Python files, relative to the config file's folder, as absolute paths."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{config}: plugins must be a list of Python file paths, got {_kind(value)}")
+    return [(config.parent / Path(v).expanduser()).resolve() for v in value]
+
+
+def _with_plugin_sections(raw: dict[str, Any]) -> dict[str, Any]:
+    """The defaults plus a section per plugin detector, so that `_merge` checks a user's keys there too."""
+    sections = dict(raw.get("detectors") or {})
+    for det_id, cls in DETECTORS.items():
+        sections.setdefault(det_id, dataclasses.asdict(cls.Config()))
+    return {**raw, "detectors": sections}
 
 
 def _parse(text: str, where: str) -> Any:
@@ -161,7 +186,7 @@ def _build(raw: dict[str, Any], where: str) -> Settings:
             raise ConfigError(f"{where}: {key}.pattern is not a valid regex: {e}") from None
         custom.append(CustomFormat(item["name"], item["pattern"], item.get("description", "")))
     snapshots = _dataclass_from(SnapshotConfig, raw.get("snapshots") or {}, "snapshots", where)
-    return Settings(detectors, dict(aliases), tuple(custom), raw, snapshots)
+    return Settings(detectors, dict(aliases), tuple(custom), raw, snapshots, tuple(raw.get("plugins") or ()))
 
 
 def _dataclass_from(cls: type[_T], section: Any, dotted: str, where: str) -> _T:
@@ -205,6 +230,7 @@ def _coerce(value: Any, hint: Any, dotted: str, where: str) -> Any:
 def effective_yaml(settings: Settings) -> str:
     """The effective config as YAML (what `gradwatch config show` prints)."""
     data: dict[str, Any] = {
+        "plugins": list(settings.plugins),
         "formats": {
             "jsonl_aliases": dict(settings.jsonl_aliases),
             "custom": [dataclasses.asdict(c) for c in settings.custom_formats],

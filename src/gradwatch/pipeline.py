@@ -22,6 +22,7 @@ from gradwatch.errors import InputError
 from gradwatch.evidence import Evidence
 from gradwatch.parsers import PARSERS, Parser, new_parsers
 from gradwatch.parsers.stream import Batch, LogStream
+from gradwatch.plugins import guard, loader
 from gradwatch.records import METRICS
 from gradwatch.sources.archive import read_chunks
 from gradwatch.sources.stdin import STDIN, read_stdin
@@ -46,6 +47,9 @@ class FileSummary:
     spike_score: SpikeScore = field(default_factory=SpikeScore)
     #: per metric, min/max over the run in at most SHAPE_BUCKETS buckets (check's sparklines)
     shapes: dict[str, MinMaxBuckets] = field(default_factory=dict)
+    #: ids of the detectors that judged the file (JUnit's test cases); a class default, so that
+    #: summaries pickled in older scan states still have it
+    detectors: tuple[str, ...] = ()
 
 
 #: Buckets per metric kept for sparklines: small and fixed, whatever the log's length.
@@ -64,11 +68,12 @@ def _extra_parsers(settings: Settings) -> list[Parser]:
     return extra
 
 
-def build_parsers(settings: Settings, fmt: str | None) -> list[Parser]:
+def build_parsers(settings: Settings, fmt: str | None, path: str = "") -> list[Parser]:
     custom = {c.name for c in settings.custom_formats}
     if fmt is not None and fmt in custom:
-        return [p for p in _extra_parsers(settings) if p.name == fmt] + [p for p in new_parsers() if p.auxiliary]
-    parsers = new_parsers(fmt)
+        auxiliary = [p for p in new_parsers(path=path) if p.auxiliary]
+        return [p for p in _extra_parsers(settings) if p.name == fmt] + auxiliary
+    parsers = new_parsers(fmt, path=path)
     extra = _extra_parsers(settings)
     if fmt is None and extra:
         names = {p.name for p in extra}
@@ -78,9 +83,14 @@ def build_parsers(settings: Settings, fmt: str | None) -> list[Parser]:
 
 
 def build_detectors(settings: Settings, path: str) -> list[Detector]:
-    return [
-        cls(settings.detectors[det_id], path) for det_id, cls in DETECTORS.items() if settings.detectors[det_id].enabled
-    ]
+    """The enabled detectors for one file; plugins' run behind a guard (`gradwatch.plugins.guard`)."""
+    loader.load_installed()
+    built: list[Detector] = []
+    for det_id, cls in DETECTORS.items():
+        config = settings.detectors[det_id] if det_id in settings.detectors else cls.Config()
+        if config.enabled and (det := guard.new_detector(cls, config, path)) is not None:
+            built.append(det)
+    return built
 
 
 class FileCheck:
@@ -97,8 +107,9 @@ class FileCheck:
         self, path: str, settings: Settings, fmt: str | None = None, on_batch: Callable[[Batch], None] | None = None
     ) -> None:
         self.summary = FileSummary(path)
-        self.stream = LogStream(build_parsers(settings, fmt), path)
+        self.stream = LogStream(build_parsers(settings, fmt, path), path)
         self.detectors = build_detectors(settings, path)
+        self.summary.detectors = tuple(d.id for d in self.detectors)
         self.on_batch = on_batch
 
     def feed(self, data: bytes) -> list[Alert]:

@@ -1,9 +1,10 @@
 """The record schema: one row per logged training step, canonical names whatever the trainer said.
 
-Parsers fill a `RecordBuilder`; the pipeline hands detectors pandas DataFrames with exactly the
-columns in `COLUMNS`. A metric that a line did not log is NaN. A metric that the line printed as
-nan/inf, or a loss that Megatron *omitted* because it was NaN, is listed in the `nonfinite` column
-(comma-separated names), so that detectors can tell "not logged" from "blew up".
+Parsers fill a `RecordBuilder`; the pipeline hands detectors pandas DataFrames with the columns in
+`COLUMNS`, then the `EXTRA_METRICS` that plugin parsers declared (none without plugins). A metric
+that a line did not log is NaN. A metric that the line printed as nan/inf, or a loss that Megatron
+*omitted* because it was NaN, is listed in the `nonfinite` column (comma-separated names), so that
+detectors can tell "not logged" from "blew up".
 """
 
 from __future__ import annotations
@@ -39,6 +40,17 @@ METRICS: tuple[str, ...] = (
 COLUMNS: tuple[str, ...] = ("step", *METRICS, "ts", "line", "nonfinite")
 
 _METRIC_SET = frozenset(METRICS)
+
+#: Metrics outside the canonical schema that a registered parser declared (`Parser.extra_metrics`),
+#: e.g. a lab's own attention-logit maximum: float columns after `COLUMNS` in every batch.
+EXTRA_METRICS: list[str] = []
+
+
+def declare_extra_metrics(names: Iterable[str]) -> None:
+    """Make `names` columns of every batch from now on (the parser registry calls this)."""
+    for name in names:
+        if name not in EXTRA_METRICS:
+            EXTRA_METRICS.append(name)
 
 
 def is_metric(name: str) -> bool:
@@ -135,13 +147,16 @@ class RecordBuilder:
                 frame = frame[keep].reset_index(drop=True)
         frame = frame.drop(columns="source")
         frame["nonfinite"] = frame["nonfinite"].astype(object)  # not pandas' str dtype: one dtype always
+        for name in EXTRA_METRICS:
+            if name not in frame.columns:  # the bulk path writes canonical columns only
+                frame[name] = np.nan
         return frame
 
     def _rows_frame(self) -> pd.DataFrame:
         """The row-by-row records as a frame (with their source column); empties the row buffer."""
         n = self._n
         data: dict[str, Any] = {"step": np.array(self._step, dtype=np.int64)}
-        for name in METRICS:
+        for name in (*METRICS, *EXTRA_METRICS):
             col = self._cols.get(name)
             if col is None:
                 data[name] = np.full(n, np.nan)
@@ -152,7 +167,7 @@ class RecordBuilder:
         data["ts"] = np.array(self._ts, dtype=np.float64)
         data["line"] = np.array(self._line, dtype=np.int64)
         data["nonfinite"] = np.array(self._nonfinite, dtype=object)
-        frame = pd.DataFrame(data, columns=list(COLUMNS))
+        frame = pd.DataFrame(data, columns=[*COLUMNS, *EXTRA_METRICS])
         frame["source"] = np.array(self._source, dtype=object)
         chunks = self._chunks
         self._reset()

@@ -59,6 +59,10 @@ Anomalies (``magnitude`` m scales them; see ``Anomaly`` for durations):
   probability min(1, .9 + .1(m-1)) per step (lr and loss frozen); stall: a hang of
   ``duration * 100 * step_time_s * m`` before the label; throughput_drop: step time / 0.6**m.
 
+Clean restarts (``RunSpec.restarts``: a crash, the requeue downtime, the load lines, and training
+going on from the checkpoint as if nothing happened) and learning-rate step decays
+(``RunSpec.lr_drops``) are healthy negatives and never labels.
+
 Labels: ``labels(spec)`` / ``write_log`` return the anomalies *as rendered*: ``step`` is the first
 logged step at which the anomaly is visible (the requested step moved up to the next record, or to
 the next DeepSpeed ``step=`` line for silent skipping), ``duration`` the effective duration.
@@ -143,6 +147,13 @@ class RunSpec:
     fresh run (``start_step == 1``): resumed runs restore their scaler. ``timestamps=False`` selects
     the timestamp-less variant where one exists (older Megatron-LM line, jsonl without ``ts``);
     DeepSpeed, OLMo, OLMo-core and torchtitan lines always carry their logger timestamp.
+    ``restarts`` are healthy negatives, not labels: at each step s the job dies 0-2 log intervals
+    after its checkpoint at s-1 (jsonl: 1-2, the step visibly repeats or goes back), prints the
+    format's load lines after the requeue downtime, and resumes cleanly from s: optimizer and
+    scaler state restored, loss and grad norm continue where they were. ``lr_drops`` are
+    ``(step, factor)`` step decays of the learning rate (healthy too): from ``step`` the lr is
+    multiplied by ``factor`` < 1, the loss anneals 3 % lower per decade of drop (time constant 50
+    steps) and the grad norm creeps 20 % higher per decade (time constant 200 steps).
     """
 
     fmt: str = "megatron-deepspeed"
@@ -160,6 +171,8 @@ class RunSpec:
     step_time_s: float = 10.0
     z_loss: bool = False
     grad_norm_level: float | None = None
+    restarts: tuple[int, ...] = ()
+    lr_drops: tuple[tuple[int, float], ...] = ()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -457,6 +470,8 @@ class _Run:
             raise ValueError("steps, log_interval and start_step must be >= 1")
         if spec.vocab < 2 or spec.step_time_s <= 0:
             raise ValueError("vocab must be >= 2 and step_time_s > 0")
+        if any(not 0.0 < f < 1.0 for _, f in spec.lr_drops):
+            raise ValueError("an lr drop factor must be in (0, 1)")
         self.spec = spec
         self.fmt = spec.fmt
         self.p = _PROFILES[spec.fmt]
@@ -498,6 +513,7 @@ class _Run:
         self.ds_raise = self.p.scaler == "ds"
 
         self.placed = [self._place(i, a) for i, a in enumerate(spec.anomalies)]
+        self.placed += [self._place_restart(i, s) for i, s in enumerate(spec.restarts)]
         self.placed.sort(key=lambda q: q.label)
         self.has_skip_anomaly = any(q.kind == "skipped_steps" for q in self.placed)
         self.ds_print = self.p.ds_lines and (spec.noise_lines or self.has_skip_anomaly)
@@ -588,6 +604,12 @@ class _Run:
             q.end = onset
         elif a.kind == "throughput_drop":
             pr["factor"] = 0.6**m
+        return q
+
+    def _place_restart(self, i: int, s: int) -> _Placed:
+        """A clean restart: the resume machinery of resume_regression with nothing lost."""
+        q = self._place(1000 + i, Anomaly("resume_regression", s))
+        q.params.update(frac=0.0, grad_factor=1.0, clean=1.0)
         return q
 
     # -- timeline -------------------------------------------------------------------------------
@@ -788,6 +810,14 @@ class _Run:
             * (1.0 + 6.0 * np.exp(-prog / 150.0))
             * np.exp(0.15 * z["grad"] + 0.1 * self._wave("grad", steps))
         )
+        for at, factor in spec.lr_drops:  # step decay: the loss anneals down, the grad norm creeps up
+            after = steps >= at
+            if after.any():
+                decades = math.log10(1.0 / factor)
+                rel = np.maximum(steps - at, 0)
+                lr = np.where(after, lr * factor, lr)
+                loss = loss * np.where(after, 1.0 - 0.03 * decades * (1.0 - np.exp(-rel / 50.0)), 1.0)
+                grad = grad * np.where(after, 1.0 + 0.2 * decades * (1.0 - np.exp(-rel / 200.0)), 1.0)
         logz = 3.0 * (1.0 + 0.5 * np.exp(-prog / 2000.0)) * np.exp(0.02 * z["z"])
         logit = 35.0 * (1.0 + 0.3 * np.exp(-prog / 3000.0)) * np.exp(0.01 * z["z"])
         T = spec.step_time_s * np.exp(0.012 * z["time"] + 0.01 * self._wave("time", steps))
@@ -906,10 +936,14 @@ class _Run:
         if len(rec_idx):
             starts = np.concatenate(([0], rec_idx[:-1] + 1))
             cnt = rec_idx - starts + 1
+            # interval sums end at the last record: steps after it (the end of a run, or of a run
+            # that died before its next log) are never printed, and reduceat's last piece would
+            # otherwise run on to the end of the block
+            m = int(rec_idx[-1]) + 1
             if self.fmt == "megatron-lm":
                 w = ok
-                num = np.add.reduceat(np.where(w, loss, 0.0), starts)
-                den = np.add.reduceat(w.astype(np.int64), starts)
+                num = np.add.reduceat(np.where(w, loss, 0.0)[:m], starts)
+                den = np.add.reduceat(w.astype(np.int64)[:m], starts)
                 seen = st.loss_key_seen | (np.cumsum(w)[rec_idx] > 0)
                 avg = np.where(den > 0, num / np.maximum(den, 1), 0.0)
                 current = spec.timestamps
@@ -917,17 +951,17 @@ class _Run:
                 b.r_loss = avg
                 st.loss_key_seen = bool(seen[-1])
             elif self.fmt == "megatron-deepspeed":
-                b.r_loss = np.add.reduceat(loss, starts) / cnt
+                b.r_loss = np.add.reduceat(loss[:m], starts) / cnt
             elif self.fmt == "hf-trainer":
                 fin = np.isfinite(loss)
-                num = np.add.reduceat(np.where(fin, loss, 0.0), starts)
-                den = np.add.reduceat(fin.astype(np.int64), starts)
+                num = np.add.reduceat(np.where(fin, loss, 0.0)[:m], starts)
+                den = np.add.reduceat(fin.astype(np.int64)[:m], starts)
                 b.r_loss = np.where(den > 0, num / np.maximum(den, 1), 0.0)
             else:
                 b.r_loss = loss[rec_idx]
-            b.r_T = np.add.reduceat(T, starts) / cnt
-            b.r_skipped = np.add.reduceat(skipped.astype(np.int64), starts)
-            b.r_nan = np.add.reduceat((skipped & nan).astype(np.int64), starts)
+            b.r_T = np.add.reduceat(T[:m], starts) / cnt
+            b.r_skipped = np.add.reduceat(skipped.astype(np.int64)[:m], starts)
+            b.r_nan = np.add.reduceat((skipped & nan).astype(np.int64)[:m], starts)
             b.r_grad = grad[rec_idx]
             b.r_lr = lr[rec_idx]
             b.r_scale = scale[rec_idx]
@@ -1746,7 +1780,7 @@ class _Run:
 def labels(spec: RunSpec) -> list[Anomaly]:
     """The anomalies of ``spec`` as they will appear in the log (visible step, effective duration)."""
     run = _Run(spec)
-    return [Anomaly(q.kind, q.label, q.magnitude, q.duration) for q in run.placed]
+    return [Anomaly(q.kind, q.label, q.magnitude, q.duration) for q in run.placed if not q.params.get("clean")]
 
 
 def generate(spec: RunSpec) -> Iterator[str]:
@@ -1764,7 +1798,7 @@ def write_log(path: str | os.PathLike[str], spec: RunSpec) -> list[Anomaly]:
     with open(path, "w", encoding="utf-8", newline="") as f:
         for pieces, _ in run.chunks():
             f.write("".join(pieces))
-    return [Anomaly(q.kind, q.label, q.magnitude, q.duration) for q in run.placed]
+    return [Anomaly(q.kind, q.label, q.magnitude, q.duration) for q in run.placed if not q.params.get("clean")]
 
 
 def _bytes_per_step(spec: RunSpec) -> float:

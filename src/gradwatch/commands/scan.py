@@ -5,7 +5,9 @@ start when it was rotated or truncated) into its resumed parsers and detectors; 
 longer than the stall limit by the wall clock is reported once; each new incident at or above
 `fail_on` is queued once for the notification sinks; what is owed is saved, then delivered; the
 Prometheus textfile is written; the state is saved again. A scan killed at any point leaves the
-previous state or the new one, never a mix, and the next scan carries on from it.
+previous state or the new one, never a mix, and the next scan carries on from it. With
+`--snapshot-dir`, each warning or critical alert gets a snapshot of its evidence; the recent lines
+and records it shows are kept in the state, so an alert at the start of new bytes has its context.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gradwatch.pipeline import FileCheck, FileSummary
 from gradwatch.sinks import prometheus
 from gradwatch.sinks.outbox import CommandSink, Owed, Sink, WebhookSink, deliver, incident_key
 from gradwatch.sinks.scan_report import FileRead, ScanReport
+from gradwatch.sinks.snapshot import SnapshotWriter
 from gradwatch.sinks.webhook import check_url
 from gradwatch.sources import checkpoint
 from gradwatch.sources.archive import CHUNK_BYTES, expand_paths, read_chunks
@@ -48,6 +51,7 @@ class ScanOptions:
     textfile: Path | None = None
     #: seconds to wait for another scan that holds the state file's lock
     lock_wait_s: float = 10.0
+    snapshots: SnapshotWriter | None = None
 
 
 def run_scan(
@@ -57,6 +61,8 @@ def run_scan(
     warn: Callable[[str], None],
 ) -> ScanReport:
     """Scan `paths` once; `warn` receives recoverable problems (one line each)."""
+    if "-" in paths:
+        raise UsageError("scan resumes files where the last scan stopped, which standard input cannot do: use check -")
     files = expand_paths(paths)
     if not files:
         raise InputError(f"no log files found in {', '.join(paths)}")
@@ -65,7 +71,7 @@ def run_scan(
         state = checkpoint.load(options.state, checkpoint.config_digest(settings), warn)
         now = time.time()
         for path in files:
-            summary, alerts = _scan_file(path, state, settings, now, report)
+            summary, alerts = _scan_file(path, state, settings, now, report, options.snapshots)
             report.files.append(summary)
             report.alerts.extend(sorted(alerts, key=Alert.sort_key))
             _queue(alerts, state, options)
@@ -83,7 +89,7 @@ def run_scan(
 
 
 def _scan_file(
-    path: Path, state: ScanState, settings: Settings, now: float, report: ScanReport
+    path: Path, state: ScanState, settings: Settings, now: float, report: ScanReport, snapshots: SnapshotWriter | None
 ) -> tuple[FileSummary, list[Alert]]:
     """Read what is new in one file; returns its summary and the alerts of this scan."""
     key = str(path)
@@ -108,15 +114,24 @@ def _scan_file(
             fs.check = FileCheck(key, settings)
         check = fs.check
         assert check is not None  # _why_restart says "new" when there is none
+        if snapshots is not None:
+            snapshots.watch(check)
+        else:
+            check.evidence = None  # kept by an earlier scan with --snapshot-dir: no use now
+
+        def feed(chunk: bytes) -> list[Alert]:
+            found = check.feed(chunk)
+            return found if snapshots is None else snapshots.attach(check, found)
+
         check.summary.error = None
         records_before = check.summary.records
         alerts: list[Alert] = []
         try:
             if not is_gzip:
-                alerts += _feed_range(fd, fs, check, st.st_size, read)
+                alerts += _feed_range(fd, fs, feed, st.st_size, read)
             elif read.restarted is not None:
                 for chunk in read_chunks(path):
-                    alerts += check.feed(chunk)
+                    alerts += feed(chunk)
                 fs.offset = read.new_bytes = st.st_size
         except (OSError, InputError) as e:
             check.summary.error = str(e) if isinstance(e, InputError) else f"{path}: read failed: {e.strerror or e}"
@@ -128,7 +143,12 @@ def _scan_file(
     summary.format, summary.lines = check.stream.format, check.stream.lines
     if summary.records > records_before:
         fs.last_step, fs.last_step_at = summary.last_step, st.st_mtime
-    alerts += _wall_clock_stall(check, fs, now)
+    stalled = _wall_clock_stall(check, fs, now)
+    if snapshots is not None:
+        alerts += snapshots.attach(check, stalled)
+        snapshots.close(check)  # the end of this scan's input
+    else:
+        alerts += stalled
     return summary, alerts
 
 
@@ -148,14 +168,14 @@ def _why_restart(fs: FileState, fd: int, st: os.stat_result) -> str | None:
     return None
 
 
-def _feed_range(fd: int, fs: FileState, check: FileCheck, end: int, read: FileRead) -> list[Alert]:
+def _feed_range(fd: int, fs: FileState, feed: Callable[[bytes], list[Alert]], end: int, read: FileRead) -> list[Alert]:
     """Feed the bytes from the saved offset to `end` (the size when the scan looked)."""
     alerts: list[Alert] = []
     while fs.offset < end:
         chunk = os.pread(fd, min(CHUNK_BYTES, end - fs.offset), fs.offset)
         if not chunk:
             break
-        alerts += check.feed(chunk)
+        alerts += feed(chunk)
         fs.offset += len(chunk)
         read.new_bytes += len(chunk)
     return alerts
@@ -219,6 +239,7 @@ def scan_options(
     webhook_format: str,
     textfile: str | None,
     lock_wait_s: float,
+    snapshots: SnapshotWriter | None = None,
 ) -> ScanOptions:
     """Turn the command line into options; a bad value fails here, before any log is read."""
     sinks: list[Sink] = []
@@ -239,4 +260,5 @@ def scan_options(
         sinks=sinks,
         textfile=None if textfile is None else Path(textfile),
         lock_wait_s=lock_wait_s,
+        snapshots=snapshots,
     )

@@ -8,9 +8,15 @@ a worker thread, one at a time, so a slow pager never delays reading; they run o
 found while following, not for the history (an old alert must not `scancel` a job that has since
 recovered). The stall detector is also asked, at every wake-up, about silence by the wall clock.
 
+`-` reads standard input instead (`python train.py 2>&1 | tee -p train.log | gradwatch tail -`):
+all of it is live, and its end ends the tail like Ctrl-C does. With `--snapshot-dir`, each warning
+or critical alert also gets a snapshot file of its evidence (`sinks/snapshot.py`). With
+`--metrics-port`, the gauges of `scan --textfile` are served over HTTP, refreshed at each wake-up.
+
 Exit codes are check's: 1 when an alert at or above `--exit-on` (else warning) was seen, 0 if not.
-Ctrl-C and SIGTERM read what is left, close the files (their partial last line is parsed) and
-print the summary. Line numbers in alerts count from where following began, across rotations.
+Ctrl-C, SIGTERM and the end of standard input read what is left, close the files (their partial
+last line is parsed) and print the summary. Line numbers in alerts count from where following
+began, across rotations.
 """
 
 from __future__ import annotations
@@ -33,10 +39,14 @@ from gradwatch.detectors.stall import Stall
 from gradwatch.errors import ExitCode, UsageError
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileCheck
+from gradwatch.sinks import prometheus
+from gradwatch.sinks.metrics_http import MetricsServer
 from gradwatch.sinks.notify import run_command
+from gradwatch.sinks.snapshot import SnapshotWriter
 from gradwatch.sinks.tailing import Notice, TailSink, TailStatus, TailSummary, severity_counts
 from gradwatch.sources.follow import Follower
-from gradwatch.sources.wake import choose_waker
+from gradwatch.sources.stdin import STDIN, StdinFollower
+from gradwatch.sources.wake import Waker, choose_waker
 
 __all__ = ["TailOptions", "run_tail"]
 
@@ -65,17 +75,24 @@ class TailOptions:
     on_alert_timeout: float = 30.0
     exit_on: str | None = None
     status_every: float = 300.0
+    snapshot_dir: str | None = None
+    #: serve Prometheus metrics on this port (0: any free one); None: do not
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
 
 
 def run_tail(opts: TailOptions, settings: Settings, clock: Callable[[], float] = time.time) -> ExitCode:
-    """Follow until Ctrl-C, SIGTERM or an `--exit-on` alert; returns the exit code.
+    """Follow until Ctrl-C, SIGTERM, an `--exit-on` alert or the end of standard input; returns the exit code.
 
     Raises:
-        UsageError: an unknown format, an `--on-alert` command that cannot run, `-` as a path,
-            or `--output live` without a terminal.
+        UsageError: an unknown format, an `--on-alert` command that cannot run, `-` beside other
+            paths or with `--from-end`, an unusable `--snapshot-dir`, `--output live` without a terminal,
+            or a `--metrics-port` that cannot be served.
     """
-    if "-" in opts.paths:
-        raise UsageError("tail cannot read standard input yet: give the log file's path")
+    if "-" in opts.paths and len(opts.paths) > 1:
+        raise UsageError("`-` (standard input) cannot be followed together with files: run one tail for each")
+    if "-" in opts.paths and opts.from_end:
+        raise UsageError("--from-end does not apply to standard input: a pipe has only what comes next")
     if opts.fmt is not None and opts.fmt not in {c.name for c in settings.custom_formats}:
         from gradwatch.parsers import new_parsers
 
@@ -125,20 +142,32 @@ class _Tail:
         self, opts: TailOptions, settings: Settings, sink: TailSink, argv: list[str] | None, clock: Callable[[], float]
     ) -> None:
         self.opts, self.settings, self.sink, self.argv, self.clock = opts, settings, sink, argv, clock
+        self.snapshots = (
+            None
+            if opts.snapshot_dir is None
+            else SnapshotWriter.open(opts.snapshot_dir, settings.snapshots, self._snapshot_failed)
+        )
+        self.metrics = None if opts.metrics_port is None else MetricsServer.start(opts.metrics_addr, opts.metrics_port)
         self.on_alert_level = Severity.parse(opts.on_alert_severity)
         self.exit_level = Severity.parse(opts.exit_on) if opts.exit_on else None
         self.checks: dict[str, FileCheck] = {}
         self.stalls: dict[str, Stall | None] = {}
         self.last_step_at: dict[str, float] = {}
         self.alerts: list[Alert] = []
-        self.following = False  # history is read: alerts may run --on-alert
+        self.stdin = StdinFollower(self._on_data) if opts.paths == ("-",) else None
+        self.following = self.stdin is not None  # history is read (a pipe has none): alerts may run --on-alert
         self.reason: str | None = None  # why the run stops; None while it goes on
         self.last_data: float | None = None
         self.rate: deque[tuple[float, int]] = deque()
         self.commands = ThreadPoolExecutor(max_workers=1, thread_name_prefix="on-alert") if argv else None
         self.pending: list[tuple[Alert, Future[str | None]]] = []
-        self.follower = Follower(list(opts.paths), self._on_data, self, from_end=opts.from_end)
-        self.waker = choose_waker(opts.poll, self.follower.watch_dirs())
+        self.follower: Follower | StdinFollower
+        self.waker: Waker
+        if self.stdin is not None:
+            self.follower = self.waker = self.stdin
+        else:
+            self.follower = Follower(list(opts.paths), self._on_data, self, from_end=opts.from_end)
+            self.waker = choose_waker(opts.poll, self.follower.watch_dirs())
 
     # ---- FollowEvents ---------------------------------------------------------------------------
     def file_added(self, path: str) -> None:
@@ -156,18 +185,35 @@ class _Tail:
     def file_unreadable(self, path: str, reason: str) -> None:
         self.sink.notice(Notice("unreadable", path, f"{reason}; trying again"))
 
+    def _snapshot_failed(self, message: str) -> None:
+        self.sink.notice(Notice("snapshot failed", self.opts.snapshot_dir or "", message))
+
     # ---- the run --------------------------------------------------------------------------------
     def run(self) -> ExitCode:
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM ends like Ctrl-C
+        handlers = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             self._follow()
         except KeyboardInterrupt:
             self.reason = "interrupted"
-            self._read_rest()
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        try:
+            if self.reason == "interrupted":
+                self._read_rest()
+        finally:
             self._shut_down()
         return self._exit_code()
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        """Ctrl-C or SIGTERM: stop at the next wake-up, never in the middle of a read.
+
+        An interrupt between reading bytes and parsing them would lose those lines; while the
+        history is read (which can take a while) it interrupts at once, since nothing is live yet.
+        """
+        if not self.following:
+            raise KeyboardInterrupt
+        self.reason = "interrupted"
 
     def _follow(self) -> None:
         self.follower.poll(rescan=True)  # the history, in whole chunks
@@ -175,16 +221,23 @@ class _Tail:
         now = self.clock()
         self.waker.watch(self.follower.watch_dirs())
         self.sink.start(self._status(now))
+        if self.metrics is not None:
+            self._export_metrics(now)
+            self.sink.notice(Notice("metrics", self.metrics.url, "served for Prometheus"))
         next_status, last_scan = now + self.opts.status_every, now
         while self.reason is None:
             changed = self.waker.wait(max(0.0, min(LOOK_EVERY_S, next_status - now)))
             now = self.clock()
             rescan = changed or now - last_scan >= RESCAN_EVERY_S
             self.follower.poll(rescan)
+            if self.stdin is not None and self.stdin.ended and self.reason is None:
+                self._end_of_input(self.stdin)
+                break
             if rescan:
                 self.waker.watch(self.follower.watch_dirs())
                 last_scan = now
             self._wall_clock_stalls(now)
+            self._export_metrics(now)
             self._report_commands()
             periodic = now >= next_status
             if periodic:
@@ -194,8 +247,19 @@ class _Tail:
     def _read_rest(self) -> None:
         """After Ctrl-C: what was written up to now, then the end of every file."""
         self.follower.poll(rescan=False)
+        self._close_checks()
+
+    def _end_of_input(self, stdin: StdinFollower) -> None:
+        if stdin.error is not None:
+            self.sink.notice(Notice("unreadable", STDIN, f"{stdin.error}; its end is taken as the end of input"))
+        self.reason = "end of input"
+        self._close_checks()
+
+    def _close_checks(self) -> None:
         for check in self.checks.values():
-            self._dispatch(check.close())
+            self._dispatch(self._evidenced(check, check.close()))
+            if self.snapshots is not None:
+                self.snapshots.close(check)
 
     def _shut_down(self) -> None:
         self.waker.close()
@@ -203,6 +267,10 @@ class _Tail:
         if self.commands is not None:
             self.commands.shutdown(wait=True)  # an --exit-on run must still page someone
             self._report_commands()
+        if self.snapshots is not None:
+            self.snapshots.close_all()  # an --exit-on run: snapshots still waiting for lines get what came
+        if self.metrics is not None:
+            self.metrics.close()
         files = [
             dataclasses.replace(c.summary, format=c.stream.format, lines=c.stream.lines) for c in self.checks.values()
         ]
@@ -223,8 +291,13 @@ class _Tail:
                 path, self.settings, self.opts.fmt, on_batch=lambda batch: self._on_batch(path, batch)
             )
             self.stalls[path] = next((d for d in check.detectors if isinstance(d, Stall)), None)
+            if self.snapshots is not None:
+                self.snapshots.watch(check)
         self.last_data = self.clock()
-        self._dispatch(check.feed(data))
+        self._dispatch(self._evidenced(check, check.feed(data)))
+
+    def _evidenced(self, check: FileCheck, alerts: list[Alert]) -> list[Alert]:
+        return alerts if self.snapshots is None else self.snapshots.attach(check, alerts)
 
     def _on_batch(self, path: str, batch: Batch) -> None:
         if len(batch.records):
@@ -248,7 +321,15 @@ class _Tail:
         for path, stall in self.stalls.items():
             at = self.last_step_at.get(path)
             if stall is not None and at is not None:
-                self._dispatch(stall.wall_clock_stall(now, at))
+                self._dispatch(self._evidenced(self.checks[path], stall.wall_clock_stall(now, at)))
+
+    def _export_metrics(self, now: float) -> None:
+        if self.metrics is not None:
+            runs = [
+                prometheus.run_metrics(c.summary, self.last_step_at.get(p), now, self.alerts)
+                for p, c in self.checks.items()
+            ]
+            self.metrics.update(runs)
 
     def _report_commands(self) -> None:
         still = []

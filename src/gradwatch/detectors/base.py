@@ -27,7 +27,11 @@ class DetectorConfig:
 
 
 class Detector(ABC):
-    """One kind of trouble. Subclasses set `id`, `description`, `Config`, and implement `update`."""
+    """One kind of trouble. Subclasses set `id`, `description`, `Config`, and implement `update`.
+
+    State lives in plain attributes (numbers, numpy arrays, small objects): `gradwatch scan`
+    pickles detectors between runs, so no open files, locks or lambdas.
+    """
 
     id: ClassVar[str]
     description: ClassVar[str]
@@ -57,6 +61,7 @@ class Detector(ABC):
         message: str,
         hint: str,
     ) -> Alert:
+        """An `Alert` from this detector on its file; numpy numbers become plain ones, a step < 0 None."""
         return Alert(
             detector=self.id,
             severity=severity,

@@ -8,7 +8,7 @@ Three rules, all computed over whole batches with numpy, with the tail of the st
   never rises three times in a row is still caught, and a short spike moves no median;
 - level (llm-foundry's KillLossSpike): the loss at least `level_ratio` times the mean of the
   previous `window` logs for more than `level_logs` consecutive logs: critical.
-A step going backwards (a resume) restarts the history: that jump is resume_regression's.
+A step going backwards or repeating (a resume) restarts the history: that jump is resume_regression's.
 Records that logged a non-finite value are skipped: their other fields are not a loss level (the
 HF Trainer prints `'loss': 0.0` beside `'grad_norm': nan`, and a climb "from 0" after it is the
 run going back to normal, not diverging); the nonfinite detector owns them.
@@ -81,7 +81,7 @@ class LossDivergence(Detector):
         alerts: list[Alert] = []
         # a step going backwards is a resume: history before it says nothing about divergence
         prev_steps = np.concatenate([[self._last_step if self._last_step is not None else -1], steps[:-1]])
-        cuts = np.flatnonzero(steps < prev_steps).tolist()
+        cuts = np.flatnonzero(steps <= prev_steps).tolist()
         self._last_step = int(steps[-1])
         bounds = [0, *cuts, len(v)]
         for lo, hi in zip(bounds, bounds[1:], strict=False):
@@ -165,6 +165,7 @@ class LossDivergence(Detector):
                 )
             else:
                 now, base = float(med_v[pos]), float(ref_v[pos])
+                times = f"{now / base:.2f}x" if base > 0 else "above"  # a run may log a loss of 0.0
                 alerts.append(
                     self.alert(
                         Severity.WARNING,
@@ -175,7 +176,7 @@ class LossDivergence(Detector):
                         base,
                         cfg.rise_ratio * base,
                         f"loss trending up: median of the last {cfg.trend_window} logs {now:.4g} is "
-                        + (f"{now / base:.2f}x its recent low {base:.4g}" if base > 0 else f"above its recent low {base:.4g}"),
+                        f"{times} its recent low {base:.4g}",
                         _HINT,
                     )
                 )

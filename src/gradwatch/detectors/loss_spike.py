@@ -7,13 +7,20 @@ least `short_delta` nats. Past warm-up OLMo-core's: `z_alert` robust sigmas over
 
 Megatron prints interval means (`--log-interval` 10 or 100), so a one-step spike shows diluted:
 the relative floor is divided by the log interval (derived from the step numbers), while the
-sigma test adapts by itself because interval means are less noisy too. A spike on a record that
+sigma test adapts by itself because interval means are less noisy too. The baseline median is
+over OLMo-core's 128 *steps*: `window / interval` logs, at least `warmup` of them; 128 logs of
+interval means span 1280 steps, and their median lags a falling loss so far that a 10% spike at
+log interval 10 early in a run stayed under it. The noise is still measured over the last
+`window` logs (a 20-value MAD is too unsteady: 3-sigma bumps passed for 6), on the log-to-log
+differences (1.4826 x their MAD / sqrt 2): the same as the MAD of the values for pure noise, but
+the run's own downward trend over the window is not counted as noise. A spike on a record that
 reports skipped iterations during the fp16 start-up calibration is info only: the loss of the
 first fp16 steps jumps while the scaler is still finding its range.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,22 +75,31 @@ class LossSpike(Detector):
         steps, lines = rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
         skipped = np.nan_to_num(rec["skipped"].to_numpy()[ok], nan=0.0)
         alerts: list[Alert] = []
-        for lo, hi, reset in self._gaps.segments(steps):
+        segments = self._gaps.segments(steps)
+        intervals = np.maximum(self._gaps.row_intervals, 1)  # the log interval known at each row
+        for lo, hi, reset in segments:
             if reset:
                 self._tail = np.empty(0)
-            alerts += self._segment(loss[lo:hi], steps[lo:hi], lines[lo:hi], skipped[lo:hi])
+            alerts += self._segment(loss[lo:hi], steps[lo:hi], lines[lo:hi], skipped[lo:hi], intervals[lo:hi])
         return alerts
 
-    def _segment(self, loss: np.ndarray, steps: np.ndarray, lines: np.ndarray, skipped: np.ndarray) -> list[Alert]:
+    def _segment(
+        self, loss: np.ndarray, steps: np.ndarray, lines: np.ndarray, skipped: np.ndarray, intervals: np.ndarray
+    ) -> list[Alert]:
         cfg = self.config
         tail = self._tail
-        med, self._tail = prev_window_median(tail, loss, cfg.window)
-        n_prev = np.minimum(np.arange(len(tail), len(tail) + len(loss)), cfg.window)
-        interval = self._gaps.interval or 1
-        delta = loss - med
-        rel_floor = cfg.min_rel_delta / interval
-        cheap = (n_prev >= 1) & (delta > 0) & (delta >= rel_floor * np.abs(med))
+        # the window in logs: `window` steps at the row's log interval, at least `warmup` logs
+        sizes = np.minimum(cfg.window, np.maximum(cfg.warmup, cfg.window // intervals))
+        med = np.empty(len(loss))
+        for size in np.unique(sizes).tolist():  # one size, except while the interval is learnt
+            rows = sizes == size
+            med[rows] = prev_window_median(tail, loss, size)[0][rows]
         joined = np.concatenate([tail, loss])
+        self._tail = joined[-cfg.window :]
+        n_prev = np.minimum(np.arange(len(tail), len(tail) + len(loss)), cfg.window)
+        delta = loss - med
+        rel_floor = cfg.min_rel_delta / intervals
+        cheap = (n_prev >= 1) & (delta > 0) & (delta >= rel_floor * np.abs(med))
         hits: list[int] = []
         for cand in np.flatnonzero(cheap).tolist():
             n = int(n_prev[cand])
@@ -92,11 +108,9 @@ class LossSpike(Detector):
                     hits.append(cand)
                 continue
             end = len(tail) + cand
-            window = joined[end - n : end]
-            sigma = max(
-                1.4826 * float(np.median(np.abs(window - med[cand]))),
-                cfg.sigma_floor * abs(float(med[cand])),
-            )
+            diffs = np.diff(joined[end - n : end])
+            noise = float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0)
+            sigma = max(1.4826 * noise, cfg.sigma_floor * abs(float(med[cand])))
             if sigma > 0 and delta[cand] / sigma >= cfg.z_alert:
                 hits.append(cand)
         alerts: list[Alert] = []
@@ -125,6 +139,7 @@ class LossSpike(Detector):
             if calibrating:
                 sev = Severity.INFO
             note = " during fp16 loss-scale calibration" if calibrating else ""
+            interval = int(intervals[pos])
             per = f" (interval means of {interval} steps)" if interval > 1 else ""
             alerts.append(
                 self.alert(
@@ -134,7 +149,7 @@ class LossSpike(Detector):
                     "loss",
                     value,
                     base,
-                    base + max(rel_floor * base, 0.0),
+                    base + max(rel_floor[pos] * base, 0.0),
                     f"loss {value:.4g} is {ratio} its recent median {base:.4g} (+{value - base:.3g}){per}{note}",
                     _HINT,
                 )

@@ -1,7 +1,9 @@
 """Resume regression: after a restart from a checkpoint, the run is worse than where it stopped.
 
-A resume is seen as a checkpoint-load line, the step going backwards, or a log whose first record
-is already far into training. The first `probe` records after it are compared with:
+A resume is seen as a checkpoint-load line, the step going backwards or repeating (a run that died
+after logging step N and replays it from the checkpoint at N-1 logs N twice; the parsers already
+merge the copies that several ranks print), or a log whose first record is already far into
+training. The first `probe` records after it are compared with:
 - the random-init loss level ln(vocab) (vocab from the log's `padded vocab (size: N)` line, else
   `vocab_size`, else GPT-2's 50257): a loss back near it means the weights did not load
   (ALCF AuroraGPT iteration 136004: 12.3 where validation said 2.7);
@@ -81,7 +83,7 @@ class ResumeRegression(Detector):
         events = [ev for ev in batch.events if ev.kind in (EventKind.CHECKPOINT_LOAD, EventKind.VOCAB)]
         # records that may start a probe: the first one, and steps going backwards
         prev = np.concatenate([[self._last_step if self._last_step is not None else -1], steps[:-1]])
-        special = steps < prev
+        special = steps <= prev  # a step logged again is a replay from a checkpoint too
         if self._last_step is None and len(steps):
             special[0] = True
         alerts: list[Alert] = []
@@ -134,8 +136,9 @@ class ResumeRegression(Detector):
         if self._probe is None:
             if last is None and step > cfg.resume_min_step:
                 self._probe = _Probe(f"the log starts at step {step}")
-            elif last is not None and step < last:
-                self._probe = _Probe(f"the step went back from {last} to {step}")
+            elif last is not None and step <= last:
+                went = f"{step} was logged again" if step == last else f"went back from {last} to {step}"
+                self._probe = _Probe(f"the step {went}")
         probe = self._probe
         if probe is None:
             if loss == loss:

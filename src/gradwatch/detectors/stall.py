@@ -7,7 +7,9 @@ the trainer said it exited or crashed after its last record (that is an end, not
 between two timestamped records are reported too (the job hung, then went on); where records carry
 no time (Megatron-DeepSpeed's iteration lines, Composer), the record's own logged step time times
 the log interval is the time it took, and a hang that ended shows there too (Megatron's elapsed
-time per iteration is the interval's wall time over its iterations). The limit is
+time per iteration is the interval's wall time over its iterations). A gap with a checkpoint load
+(or a start from random) in it is a crashed job that was requeued and resumed, not a hang: a clean
+restart raises nothing here (resume_regression judges what it resumed to). The limit is
 max(`factor` x the typical time between records, `floor_s`); until the log has shown its pace
 (a logged step time, or `min_gaps` timed records) nothing is judged. Live commands use the wall clock:
 `wall_clock_stall(now, last_step_at)` takes the clock from its caller (scan: the file's mtime when
@@ -28,6 +30,7 @@ from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
 _ENDS = (EventKind.RUN_END, EventKind.ERROR)
+_RESTARTS = (EventKind.CHECKPOINT_LOAD, EventKind.START_FROM_RANDOM)
 _NO_INTERVAL = int(np.iinfo(np.int64).max)
 
 _HINT = (
@@ -68,6 +71,7 @@ class Stall(Detector):
         self._last_ts: float | None = None
         self._ended = False  # the trainer exited or crashed after its last record
         self._wall_alerted: tuple[int, int] | None = None  # last step already reported as stalled
+        self._last_restart = -1  # line of the latest checkpoint-load / start-from-random line
 
     def limit(self) -> float:
         """Seconds without a new step that count as a stall (inf until the usual pace is known)."""
@@ -78,12 +82,15 @@ class Stall(Detector):
     def update(self, batch: Batch) -> list[Alert]:
         rec = batch.records
         keep = rec["step"].to_numpy() >= 0
+        restarts = np.array([self._last_restart, *(ev.line for ev in batch.events if ev.kind in _RESTARTS)])
+        self._last_restart = int(restarts.max())
         alerts = (
             self._records(
                 rec["step"].to_numpy()[keep],
                 rec["line"].to_numpy()[keep],
                 rec["ts"].to_numpy()[keep],
                 rec["step_time_s"].to_numpy()[keep],
+                np.sort(restarts),
             )
             if keep.any()
             else []
@@ -98,10 +105,14 @@ class Stall(Detector):
             self._last_ts = batch.last_ts
         return alerts
 
-    def _records(self, steps: np.ndarray, lines: np.ndarray, ts: np.ndarray, step_time: np.ndarray) -> list[Alert]:
+    def _records(
+        self, steps: np.ndarray, lines: np.ndarray, ts: np.ndarray, step_time: np.ndarray, restarts: np.ndarray
+    ) -> list[Alert]:
         """The pace (step times, gaps between timed records) and the gaps that were stalls.
 
-        Vectorised: each record's limit comes from the pace values logged before it.
+        Vectorised: each record's limit comes from the pace values logged before it. A gap with a
+        restart in it (`restarts`: lines of checkpoint-load or start-from-random lines) was the job
+        being requeued, not a hang.
         """
         cfg = self.config
         prev_step = np.concatenate([[self._last_step[0] if self._last_step else -1], steps[:-1]])
@@ -137,6 +148,8 @@ class Stall(Detector):
         alerts = []
         for i in np.flatnonzero(took > limit).tolist():
             s0, l0 = (last_s[idx[i]], last_l[idx[i]]) if by_clock[i] else (prev_step[i], prev_line[i])
+            if np.searchsorted(restarts, l0, side="right") < np.searchsorted(restarts, lines[i]):
+                continue  # a restart between the two records: downtime of a requeued job
             alerts.append(
                 self._stalled(int(s0), int(l0), float(took[i]), resumed_at=int(steps[i]), limit=float(limit[i]))
             )

@@ -17,6 +17,8 @@ class StepGaps:
         self.factor = factor
         self.interval: int | None = None
         self.last_step: int | None = None
+        #: the interval known after each row of the last `segments` call (0: not known yet)
+        self.row_intervals = np.zeros(0, dtype=np.int64)
 
     def segments(self, steps: np.ndarray) -> list[tuple[int, int, bool]]:
         """(start, end, reset) slices of `steps`; `reset` says the slice follows a stale gap."""
@@ -35,6 +37,7 @@ class StepGaps:
         resets = np.flatnonzero((diffs > 0) & known & (diffs > self.factor * np.where(known, interval_before, 1)))
         self.last_step = int(steps[-1])
         self.interval = None if interval_after[-1] == no_interval else int(interval_after[-1])
+        self.row_intervals = np.where(interval_after[1:] == no_interval, 0, interval_after[1:])
         bounds = [0, *resets.tolist(), len(steps)]
         return [
             (lo, hi, lo > 0 or (len(resets) > 0 and resets[0] == 0))

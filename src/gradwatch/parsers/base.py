@@ -4,6 +4,12 @@ A parser looks at a line and either consumes it (returns True) or leaves it for 
 writes records and events into a `ParseOutput`. Multi-line records (OLMo, Composer) keep their
 state in the parser between calls: `collecting` is True while a record is open, and the stream
 offers the next lines to such a parser first. `flush` closes whatever is still open at the end.
+
+Sniffing a file's format is counting: every line is offered to the parsers in registry order
+(main parsers, then auxiliary ones) until one consumes it, and the file's format is the main parser
+that recorded most records (`ParseOutput.counts`); after 20 records of one main parser only it and
+the auxiliary parsers read on. A parser's "sniff score" is thus the records it wrote, so it must
+consume only its own lines. `bulk_*` are gradwatch's fast path for its own parsers, not plugin API.
 """
 
 from __future__ import annotations
@@ -52,6 +58,12 @@ class ParseOutput:
         metrics: dict[str, float],
         nonfinite: list[str] | tuple[str, ...] = (),
     ) -> None:
+        """Add one record that the parser named `parser` read at (1-based) `line`.
+
+        `metrics` are keyed by canonical name (or one of the parser's `extra_metrics`); `nonfinite`
+        names those the line printed as nan/inf. A step that cannot be one (negative, beyond int64)
+        is recorded as unknown.
+        """
         step = _valid_step(step)
         self.records.add(step, line, ts, metrics, nonfinite, parser)
         self.counts[parser] = self.counts.get(parser, 0) + 1
@@ -104,6 +116,9 @@ class Parser(ABC):
     #: True for parsers whose lines also appear inside other trainers' logs (DeepSpeed engine
     #: lines in a Megatron log): they never name the file's format unless nothing else matched
     auxiliary: ClassVar[bool] = False
+    #: Metric names outside `records.METRICS` that this parser records: registering the parser
+    #: makes each a float column of every batch (NaN where not logged), for a plugin's detector
+    extra_metrics: ClassVar[tuple[str, ...]] = ()
 
     @property
     def collecting(self) -> bool:

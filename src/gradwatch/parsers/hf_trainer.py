@@ -21,7 +21,10 @@ The dict is read with a regex over `'key': value` pairs, never with eval(). It h
   A bar on an earlier line is not used: in excerpts and line-buffered captures it is a stale
   snapshot (the esm2 sample prints `18/97` after the dict of step 16 and before the one of 32).
 
-Eval dicts take the step of the latest training dict.
+Eval dicts take the step of the latest training dict. After `Continuing training from global step
+N`, a count already past N (logging every step, the run had logged steps after its checkpoint
+before it died) goes back to N: those steps are replayed. With `logging_steps` > 1 the count is
+under N and stays.
 """
 
 from __future__ import annotations
@@ -120,6 +123,8 @@ class HfTrainerParser(Parser):
         m = _CONTINUING.search(text)
         if m:
             step = int(m.group(1))
+            if self._step is not None and self._step > step:
+                self._step = step  # the dicts logged after step N are replayed: count on from N
             out.event(EventKind.CHECKPOINT_LOAD, line, step, ts, iteration=step)
             return True
         # `Continuing training from checkpoint, will skip to saved global_step` / `from epoch N`

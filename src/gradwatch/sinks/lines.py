@@ -62,7 +62,7 @@ class TextSink:
         self._line(alert_line(alert))
 
     def notice(self, notice: Notice) -> None:
-        style = "yellow" if notice.kind in ("unreadable", "on-alert failed") else "dim"
+        style = "yellow" if notice.kind in ("unreadable", "on-alert failed", "snapshot failed") else "dim"
         self._line(Text(time.strftime("%H:%M:%S ", time.localtime(notice.at)) + safe_text(str(notice)), style=style))
 
     def status(self, status: TailStatus, periodic: bool) -> None:

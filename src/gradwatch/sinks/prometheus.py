@@ -5,18 +5,23 @@ the file is replaced atomically (its temporary name does not end in `.prom`) and
 the exporter's user. Each log file is one series per metric, labelled `path` (the file) and `run`
 (its name without log suffixes); alert counts are counters that only grow while a file is scanned.
 Federation and Alertmanager rules then work on `gradwatch_*` like on any other exporter.
+`families` defines every metric once; `sinks/metrics_http.py` serves the same over HTTP.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradwatch._atomic import write_atomic
+from gradwatch.alerts import Alert
+from gradwatch.pipeline import FileSummary
 from gradwatch.sources.archive import LOG_SUFFIXES
 
-__all__ = ["TEXTFILE_NAME", "RunMetrics", "render", "write_textfile"]
+__all__ = ["TEXTFILE_NAME", "Family", "RunMetrics", "families", "render", "run_metrics", "write_textfile"]
 
 TEXTFILE_NAME = "gradwatch.prom"
 
@@ -51,43 +56,77 @@ def _run_label(path: str) -> str:
     return name or Path(path).name
 
 
-def render(runs: list[RunMetrics], now: float) -> str:
-    """The textfile: HELP and TYPE once per metric family, then its samples."""
-    out: list[str] = []
+@dataclass(frozen=True)
+class Family:
+    """One metric family: the textfile and `tail --metrics-port` both expose exactly these."""
 
-    def family(name: str, kind: str, help_text: str, samples: list[tuple[dict[str, str], float]]) -> None:
-        out.append(f"# HELP {name} {help_text}")
-        out.append(f"# TYPE {name} {kind}")
-        out.extend(f"{name}{_labels(labels)} {_value(v)}" for labels, v in samples)
+    name: str
+    kind: str  #: "gauge" or "counter"
+    help: str
+    samples: list[tuple[dict[str, str], float]]
+
+
+def families(runs: list[RunMetrics]) -> list[Family]:
+    """The per-run families, defined once for every exporter."""
 
     def base(run: RunMetrics) -> dict[str, str]:
         return {"path": run.path, "run": _run_label(run.path)}
 
-    family(
-        "gradwatch_last_step",
-        "gauge",
-        "Last training step logged.",
-        [(base(r), r.last_step) for r in runs if r.last_step is not None],
-    )
+    out = [
+        Family(
+            "gradwatch_last_step",
+            "gauge",
+            "Last training step logged.",
+            [(base(r), r.last_step) for r in runs if r.last_step is not None],
+        )
+    ]
     for metric, name, help_text in _VALUE_GAUGES:
-        family(name, "gauge", help_text, [(base(r), r.values[metric]) for r in runs if metric in r.values])
-    family(
-        "gradwatch_seconds_since_last_step",
-        "gauge",
-        "Wall-clock seconds since the last step was written to the log.",
-        [(base(r), r.seconds_since_step) for r in runs if r.seconds_since_step is not None],
+        out.append(Family(name, "gauge", help_text, [(base(r), r.values[metric]) for r in runs if metric in r.values]))
+    out.append(
+        Family(
+            "gradwatch_seconds_since_last_step",
+            "gauge",
+            "Wall-clock seconds since the last step was written to the log.",
+            [(base(r), r.seconds_since_step) for r in runs if r.seconds_since_step is not None],
+        )
     )
-    family(
-        "gradwatch_alerts_total",
-        "counter",
-        "Alerts raised, by detector and severity.",
-        [
-            ({**base(r), "detector": det, "severity": sev}, n)
-            for r in runs
-            for (det, sev), n in sorted(r.alerts.items())
-        ],
+    out.append(
+        Family(
+            "gradwatch_alerts_total",
+            "counter",
+            "Alerts raised, by detector and severity.",
+            [
+                ({**base(r), "detector": det, "severity": sev}, n)
+                for r in runs
+                for (det, sev), n in sorted(r.alerts.items())
+            ],
+        )
     )
-    family("gradwatch_last_scan_timestamp_seconds", "gauge", "When gradwatch scan last finished.", [({}, now)])
+    return out
+
+
+def run_metrics(summary: FileSummary, last_step_at: float | None, now: float, alerts: Iterable[Alert]) -> RunMetrics:
+    """What a followed file exports now: its summary, its silence, and its alerts counted."""
+    counts: Counter[tuple[str, str]] = Counter((a.detector, str(a.severity)) for a in alerts if a.path == summary.path)
+    return RunMetrics(
+        path=summary.path,
+        last_step=summary.last_step,
+        values=dict(summary.last_values),
+        seconds_since_step=None if last_step_at is None else max(0.0, now - last_step_at),
+        alerts=dict(counts),
+    )
+
+
+def render(runs: list[RunMetrics], now: float) -> str:
+    """The textfile: HELP and TYPE once per metric family, then its samples; the scan's time last."""
+    scanned = Family(
+        "gradwatch_last_scan_timestamp_seconds", "gauge", "When gradwatch scan last finished.", [({}, now)]
+    )
+    out: list[str] = []
+    for fam in [*families(runs), scanned]:
+        out.append(f"# HELP {fam.name} {fam.help}")
+        out.append(f"# TYPE {fam.name} {fam.kind}")
+        out.extend(f"{fam.name}{_labels(labels)} {_value(v)}" for labels, v in fam.samples)
     return "\n".join(out) + "\n"
 
 

@@ -14,6 +14,7 @@ from rich.text import Text
 from gradwatch.alerts import Alert, Severity
 from gradwatch.errors import ExitCode
 from gradwatch.pipeline import FileSummary
+from gradwatch.plugins import failures as plugin_failures
 from gradwatch.sinks.safe import safe_text
 from gradwatch.sinks.sparkline import sparkline
 
@@ -42,7 +43,7 @@ class Report:
 
     @property
     def exit_code(self) -> ExitCode:
-        if any(f.error and f.records == 0 for f in self.files):
+        if any(f.error and f.records == 0 for f in self.files) or plugin_failures.any_failed():
             return ExitCode.USAGE
         if any(a.severity >= self.fail_on for a in self.alerts):
             return ExitCode.ALERTS

@@ -27,7 +27,7 @@ def counts_text(counts: dict[str, int]) -> str:
 class Notice:
     """Something that happened to a file, or to an `--on-alert` command."""
 
-    #: added, rotated, truncated, missing, unreadable, on-alert failed
+    #: added, rotated, truncated, missing, unreadable, on-alert failed, snapshot failed, metrics (its URL)
     kind: str
     path: str
     detail: str = ""
@@ -92,7 +92,7 @@ class TailSummary:
     files: list[FileSummary]
     alerts: dict[str, int]
     exit_code: int
-    #: "interrupted", or "--exit-on critical"
+    #: "interrupted", "end of input", or "--exit-on critical"
     reason: str
 
     def to_json(self) -> dict[str, Any]:
