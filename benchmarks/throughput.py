@@ -79,7 +79,7 @@ def main() -> None:
         path = log_for(fmt, args.size_mb)
         mb = path.stat().st_size / 1e6
         cat, _, _ = best(["sh", "-c", f"cat '{path}' > /dev/null"], args.repeat)
-        grep, _, _ = best(["grep", "-c", PATTERNS[fmt], str(path)], args.repeat)
+        grep, _, _ = best(["grep", "-cF", PATTERNS[fmt], str(path)], args.repeat)
         check, rss, code = best([*GRADWATCH, "check", "--output", "json", str(path)], args.repeat)
         print(
             f"{fmt:<20}{mb:>7.0f}{cat:>8.2f}{grep:>8.2f}{check:>9.2f}{mb / check:>8.0f}{check / grep:>8.1f}"

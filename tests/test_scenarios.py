@@ -203,7 +203,7 @@ def test_skipped_steps_are_found_within_40_steps(fmt: str) -> None:
     [("megatron-deepspeed", True), ("megatron-lm", False), ("olmo", True), ("composer", True), ("jsonl", True)],
 )
 def test_stall_is_found_at_the_step_before_the_hang(fmt: str, timestamps: bool) -> None:
-    """stall raises a hang of 10x the step pace at the step before it, by clock or logged step time."""
+    """stall raises a 25-min hang (over max(10x the pace, 10 min)) at the step before it, by clock or step time."""
     assert_found(run(fmt, "stall", 2345, magnitude=1.5, timestamps=timestamps), logs=0)
 
 

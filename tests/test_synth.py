@@ -373,3 +373,23 @@ def test_vectorised_olmo_number_format_matches_the_scalar_one() -> None:
     assert _olmo_col(values) == [_olmo_float(float(v)) for v in values]
     assert _olmo_col(values, core=True) == [_olmo_core_float(float(v)) for v in values]
     assert _olmo_col(values)[-2:] == ["195,153", "nan"] and _olmo_col(values, core=True)[1] == "1.79E-06"
+
+
+@pytest.mark.parametrize("fmt", ["megatron-deepspeed", "megatron-lm"])
+def test_last_interval_mean_covers_only_its_interval(fmt: str) -> None:
+    """A run that ends between two logs: its last record averages its own 10 steps, not the tail too."""
+    recs = records(RunSpec(fmt=fmt, steps=4083, log_interval=10, seed=2, fp16=False))
+    losses = [megatron_field(recs[s], "lm loss") for s in range(3000, 4081, 10)]
+    times = [megatron_field(recs[s], "elapsed time per iteration (ms)") for s in range(3000, 4081, 10)]
+    assert losses[-1] < 1.05 * float(np.median(losses[-20:-1]))
+    assert times[-1] < 1.05 * float(np.median(times[-20:-1]))
+
+
+def test_clean_restarts_and_lr_drops_are_not_labels() -> None:
+    """Healthy events (a clean restart, an lr step decay) render but are never labels."""
+    spec = RunSpec(fmt="jsonl", steps=3000, restarts=(2001,), lr_drops=((1500, 0.1),))
+    assert labels(spec) == []
+    steps = [json.loads(line)["step"] for line in generate(spec)]
+    assert len(steps) > 3000 and steps.count(2001) == 2  # the replayed steps
+    lrs = {json.loads(line)["step"]: json.loads(line)["lr"] for line in generate(spec)}
+    assert lrs[1500] < 0.2 * lrs[1499]

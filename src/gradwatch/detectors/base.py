@@ -88,8 +88,21 @@ def prev_window_median(tail: np.ndarray, values: np.ndarray, window: int) -> tup
     last `window` values across calls, the result does not depend on where batches were cut.
     """
     joined = np.concatenate([tail, values])
+    if len(values) <= _FEW:  # a live tail's batch of a record or two: pandas' set-up would dominate
+        med = np.full(len(values), np.nan)
+        for i in range(len(values)):
+            end = len(tail) + i
+            window_values = joined[max(0, end - window) : end]
+            window_values = window_values[~np.isnan(window_values)]
+            if len(window_values):
+                med[i] = np.median(window_values)
+        return med, joined[-window:]
     med = pd.Series(joined).rolling(window, min_periods=1).median().shift(1).to_numpy()
     return med[len(tail) :], joined[-window:]
+
+
+#: Batches up to this size take the plain numpy path in `prev_window_median` (same results).
+_FEW = 8
 
 
 class Incident:
