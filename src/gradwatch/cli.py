@@ -92,6 +92,24 @@ class _Group(_Command, click.Group):
         return result
 
 
+def _report_output_option(help_text: str) -> Callable[[F], F]:
+    """`--output` of the commands that end with a report (check, scan)."""
+    return click.option(
+        "--output",
+        type=click.Choice(["text", "json", *CI_OUTPUTS]),
+        default="text",
+        show_default=True,
+        help=help_text + CI_OUTPUTS_HELP,
+    )
+
+
+def _fail_on_option(help_text: str) -> Callable[[F], F]:
+    """`--fail-on`: the lowest alert severity that makes the exit code 1."""
+    return click.option(
+        "--fail-on", type=click.Choice(["warning", "critical"]), default="warning", show_default=True, help=help_text
+    )
+
+
 def _with_plugin_failures(code: Any) -> Any:
     """A plugin that failed (reported on stderr as it happened) makes a 0 or 1 exit code 2."""
     return int(ExitCode.USAGE) if plugin_failures.any_failed() and code in (None, 0, 1) else code
@@ -126,20 +144,8 @@ def cli() -> None:
     metavar="NAME",
     help="Skip format sniffing and read every file as NAME (see `gradwatch formats`).",
 )
-@click.option(
-    "--output",
-    type=click.Choice(["text", "json", *CI_OUTPUTS]),
-    default="text",
-    show_default=True,
-    help="text: a report per file; json: one JSON object on stdout; " + CI_OUTPUTS_HELP,
-)
-@click.option(
-    "--fail-on",
-    type=click.Choice(["warning", "critical"]),
-    default="warning",
-    show_default=True,
-    help="Lowest alert severity that makes the exit code 1.",
-)
+@_report_output_option("text: a report per file; json: one JSON object on stdout; ")
+@_fail_on_option("Lowest alert severity that makes the exit code 1.")
 @SNAPSHOT_OPTION
 def check(
     paths: tuple[str, ...],
@@ -158,7 +164,8 @@ def check(
     Exit codes:
       0  no alert at or above --fail-on
       1  alerts at or above --fail-on
-      2  usage error, missing/unreadable file, invalid config, or no known format in a file
+      2  usage error, missing/unreadable file, invalid config, no known format in a file,
+         or a plugin that failed
 
     \b
     Examples:
@@ -236,20 +243,8 @@ def _emit(report: Any, output: str) -> None:
     metavar="DIR",
     help="Write DIR/gradwatch.prom for node_exporter's textfile collector.",
 )
-@click.option(
-    "--output",
-    type=click.Choice(["text", "json", *CI_OUTPUTS]),
-    default="text",
-    show_default=True,
-    help="text: a report per file; json: check's JSON plus new_bytes per file and notifications; " + CI_OUTPUTS_HELP,
-)
-@click.option(
-    "--fail-on",
-    type=click.Choice(["warning", "critical"]),
-    default="warning",
-    show_default=True,
-    help="Lowest severity that makes the exit code 1 and is notified.",
-)
+@_report_output_option("text: a report per file; json: check's JSON plus new_bytes per file and notifications; ")
+@_fail_on_option("Lowest severity that makes the exit code 1 and is notified.")
 @click.option(
     "--lock-wait",
     type=click.FloatRange(min=0),
