@@ -238,6 +238,8 @@ class LogStream:
         line_record_after = last_line_record > starts[done[-1]]
         saved = (out.last_step, out.last_step_ts, out.step_ts_pending)
         parser.bulk_records(text, [matches[k] for k in done], [linenos[k] for k in done], out)
+        if not self._locked and out.counts.get(parser.name, 0) >= LOCK_AFTER_RECORDS:
+            self._lock_format(parser)
         if line_record_after:
             out.last_step, out.last_step_ts, out.step_ts_pending = saved
         elif out.step_ts_pending:
