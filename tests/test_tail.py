@@ -176,11 +176,13 @@ def test_spike_written_by_a_running_job_alerts_within_seconds(tmp_path: Path, ta
 def test_rotation_by_rename_loses_and_doubles_no_line(tmp_path: Path, tails: Any, mode: list[str]) -> None:
     log = tmp_path / "main_log.txt"
     write_lines(str(log), 1000, 30)
-    t = tails(str(log), *mode)
+    t = tails(str(log), "--status-every", "0.1", *mode)
     t.started()
     job = writer(log, "--first", "1030", "--count", "250", "--rate", "100", "--rotate-every", "60", "--spike", "1275")
     assert job.wait(timeout=15) == 0
     t.alert_at(1275)  # in the fifth file: followed live through four rotations
+    # every line written is read while following (a lost line keeps this below 280 until the deadline)
+    t.wait_for(lambda o: o["type"] == "status" and o["records"] >= 280, what="all 280 records read")
     summary = t.stop()
     (f,) = summary["files"]
     assert (f["records"], f["first_step"], f["last_step"]) == (280, 1000, 1279)
