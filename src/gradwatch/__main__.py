@@ -2,4 +2,5 @@
 
 from gradwatch.cli import main
 
-main()
+if __name__ == "__main__":  # not when a worker process imports it (gradwatch.segments)
+    main()

@@ -147,6 +147,15 @@ def cli() -> None:
 @_report_output_option("text: a report per file; json: one JSON object on stdout; ")
 @_fail_on_option("Lowest alert severity that makes the exit code 1.")
 @SNAPSHOT_OPTION
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Worker processes that parse a large (64 MB+) uncompressed log "
+    "(default: one per core, at most 8; 1: everything in this process).",
+)
 def check(
     paths: tuple[str, ...],
     config_path: str | None,
@@ -154,6 +163,7 @@ def check(
     output: str,
     fail_on: str,
     snapshot_dir: str | None,
+    jobs: int | None,
 ) -> None:
     """Check archived logs and report what went wrong, where, and what to do.
 
@@ -179,9 +189,7 @@ def check(
 
     settings = config.load(config_path)
     snapshots = _snapshot_writer(snapshot_dir, settings)
-    report = run_check(
-        list(paths), settings, fmt, Severity.parse(fail_on), progress=output == "text", snapshots=snapshots
-    )
+    report = run_check(list(paths), settings, fmt, Severity.parse(fail_on), snapshots=snapshots, jobs=jobs)
     _emit(report, output)
     sys.exit(int(report.exit_code))
 

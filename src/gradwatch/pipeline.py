@@ -7,13 +7,14 @@ chunks, or appends as a live file grows) and returns alerts as they are found; i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gradwatch import segments
 from gradwatch.alerts import Alert
 from gradwatch.config import Settings
 from gradwatch.detectors import DETECTORS, Detector
@@ -24,6 +25,7 @@ from gradwatch.parsers import PARSERS, Parser, new_parsers
 from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.plugins import guard, loader
 from gradwatch.records import METRICS
+from gradwatch.sources import archive
 from gradwatch.sources.archive import read_chunks
 from gradwatch.sources.stdin import STDIN, read_stdin
 from gradwatch.spike_score import SpikeScore
@@ -118,6 +120,10 @@ class FileCheck:
         self.stream.feed(data)
         return self._run(self.stream.take())
 
+    def feed_batch(self, batch: Batch) -> list[Alert]:
+        """Records parsed elsewhere, in file order (worker processes: `gradwatch.segments`)."""
+        return self._run(batch)
+
     def close(self) -> list[Alert]:
         self.stream.close()
         alerts = self._run(self.stream.take())
@@ -166,10 +172,12 @@ def check_path(
     fmt: str | None = None,
     on_batch: Callable[[Batch], None] | None = None,
     snapshots: SnapshotWriter | None = None,
+    jobs: int = 1,
 ) -> tuple[FileSummary, list[Alert]]:
     """Check one archived file, or all of standard input when `path` is None, from start to end.
 
-    `on_batch` as in `FileCheck`; `snapshots` writes the evidence of each alert.
+    `on_batch` as in `FileCheck`; `snapshots` writes the evidence of each alert (and keeps the
+    read in this process); `jobs` > 1 lets a large file be parsed by that many worker processes.
     """
     check = FileCheck(STDIN if path is None else str(path), settings, fmt, on_batch)
     if snapshots is not None:
@@ -180,8 +188,12 @@ def check_path(
 
     alerts: list[Alert] = []
     try:
-        for chunk in read_stdin() if path is None else read_chunks(path):
-            alerts += evidenced(check.feed(chunk))
+        chunks = read_stdin() if path is None else read_chunks(path, archive.CHUNK_BYTES)
+        if snapshots is None and path is not None and segments.splittable(path, jobs):
+            alerts += _read_split(check, path, chunks, jobs)
+        else:
+            for chunk in chunks:
+                alerts += evidenced(check.feed(chunk))
     except InputError as e:  # a missing file, or a damaged gzip: what came before it is still checked
         check.summary.error = str(e)
     alerts += evidenced(check.close())
@@ -191,6 +203,25 @@ def check_path(
         check.summary.error = no_format_message(check.summary.path, check.stream.lines)
     alerts.sort(key=Alert.sort_key)
     return check.summary, alerts
+
+
+def _read_split(check: FileCheck, path: Path, chunks: Iterator[bytes], jobs: int) -> list[Alert]:
+    """A large file: its first chunk here, then the rest by worker processes when the format
+    allows it (`gradwatch.segments`), else on here exactly as `check_path` would."""
+    head = next(chunks, b"")
+    cut = head.rfind(b"\n") + 1
+    alerts = check.feed(head[:cut])
+    if cut and segments.stream_ready(check.stream):
+        with segments.SegmentReader(path, jobs) as reader:
+            for batch, final in reader.batches(check.stream, cut):
+                alerts += check.feed_batch(batch)
+                if final is not None:
+                    check.stream = final
+        return alerts
+    alerts += check.feed(head[cut:])
+    for chunk in chunks:
+        alerts += check.feed(chunk)
+    return alerts
 
 
 def no_format_message(path: Path | str, lines: int) -> str:

@@ -18,11 +18,15 @@ def run_check(
     settings: Settings,
     fmt: str | None,
     fail_on: Severity,
-    progress: bool = False,
     snapshots: SnapshotWriter | None = None,
+    jobs: int | None = None,
 ) -> Report:
-    """Check `paths` in order; `-` is standard input (a file named `-` is `./-`)."""
+    """Check `paths` in order; `-` is standard input (a file named `-` is `./-`).
+
+    `jobs`: worker processes for a large file (None: `segments.default_jobs()`).
+    """
     from gradwatch.parsers import new_parsers
+    from gradwatch.segments import default_jobs
 
     if fmt is not None and fmt not in {c.name for c in settings.custom_formats}:
         new_parsers(fmt)  # raises UsageError for an unknown format before any file is read
@@ -35,7 +39,7 @@ def run_check(
     if not files:
         raise InputError(f"no log files found in {', '.join(paths)}")
     for path in files:
-        summary, alerts = check_path(path, settings, fmt, snapshots=snapshots)
+        summary, alerts = check_path(path, settings, fmt, snapshots=snapshots, jobs=jobs or default_jobs())
         report.files.append(summary)
         report.alerts.extend(alerts)
     return report

@@ -119,6 +119,10 @@ class Parser(ABC):
     #: Metric names outside `records.METRICS` that this parser records: registering the parser
     #: makes each a float column of every batch (NaN where not logged), for a plugin's detector
     extra_metrics: ClassVar[tuple[str, ...]] = ()
+    #: True when what the parser makes of a line depends only on the lines shortly before it
+    #: (no counting from the start of the file): a large file may then be read in segments, in
+    #: parallel, each parser starting a little before its segment (`gradwatch.segments`)
+    segment_safe: ClassVar[bool] = False
 
     @property
     def collecting(self) -> bool:

@@ -76,6 +76,7 @@ class _Open:
 
 class ComposerParser(Parser):
     name = "composer"
+    segment_safe = True
     scan = r"=\d{1,18}(?:/\d{1,12})?\]:|Eval on|Loading checkpoint from"
     description = "Composer / llm-foundry `[batch=N/M]:` marker + `Train key: value` lines"
 

@@ -24,6 +24,7 @@ _SAVING = re.compile(r"Saving model checkpoint: .*?global_step(\d+)")
 
 class DeepSpeedParser(Parser):
     name = "deepspeed"
+    segment_safe = True
     scan = r"verflow|loss scale|step=\d|steps: \d|Saving model checkpoint"
     description = "DeepSpeed engine: OVERFLOW / loss-scale lines, `step=N, skipped=K`, pipeline `steps: N loss: X`"
     auxiliary = True

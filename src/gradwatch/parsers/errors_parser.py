@@ -33,6 +33,7 @@ _EXITS = (
 
 class ErrorParser(Parser):
     name = "errors"
+    segment_safe = True
     scan = "|".join(re.escape(m) for m in ("Traceback (most recent call last)", *_MARKERS, *_EXITS))
     description = "Python tracebacks, trainer/CUDA/NCCL errors and exit messages in any log (events only)"
     auxiliary = True

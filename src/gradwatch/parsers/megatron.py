@@ -14,6 +14,7 @@ omitted too, but those records report skipped iterations, so they are not flagge
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import re
 import typing
@@ -58,6 +59,7 @@ _SAVED = re.compile(r"saving checkpoint at iteration\s+(\d+)")
 _VOCAB = re.compile(r"padded vocab \(size: (\d+)\).*?new size: (\d+)")
 _LOSS_VALUE = re.compile(r"lm loss value[:=]\s*(\S+)")
 _MAX_WRAPPED_LINES = 3
+_RECENT_RECORDS = 16
 _UNSEEN = object()
 _INF, _NEG_INF = float("inf"), float("-inf")
 
@@ -69,6 +71,7 @@ def _is_complete(text: str) -> bool:
 
 class MegatronParser(Parser):
     name = "megatron"
+    segment_safe = True
     scan = r"iteration|checkpoint|padded vocab"
     description = "Megatron-LM and Megatron-DeepSpeed `iteration N/M | ...` lines (all forks and eras)"
 
@@ -80,6 +83,9 @@ class MegatronParser(Parser):
         self._template: _Template | None = None
         self._bulk_template: _Template | None = None
         self._last_record_step: int | None = None
+        # (line, step) of recent records in line order, for the rank dedupe of bulk records, which
+        # the stream may hand over only after a later record was read line by line
+        self._recent: list[tuple[int, int]] = []
         self.total_steps: int | None = None
 
     @property
@@ -138,6 +144,7 @@ class MegatronParser(Parser):
         if step == self._last_record_step:
             return  # the same iteration printed again by another rank
         self._last_record_step = step
+        self._remember(line, step)
         body = text[m.end() :]
         template = self._template
         found = template.line.match(body) if template is not None else None
@@ -222,15 +229,32 @@ class MegatronParser(Parser):
                     ts[row] = stamp
         self._seen_loss = True
         # the same iteration printed again by another rank, right after the first copy
-        last = self._last_record_step if self._last_record_step is not None else -2
-        fresh = steps != np.concatenate([[last], steps[:-1]])
-        self._last_record_step = int(steps[-1])
+        fresh = steps != self._previous_steps(np.array(linenos, dtype=np.int64), steps)
+        self._remember(linenos[-1], int(steps[-1]))
+        self._last_record_step = self._recent[-1][1]
         if not fresh.all():
             steps, ts, nonfinite = steps[fresh], ts[fresh], nonfinite[fresh]
             metrics = {name: values[fresh] for name, values in metrics.items()}
             linenos = [n for n, keep in zip(linenos, fresh.tolist(), strict=True) if keep]
         if len(steps):
             out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), ts, metrics, nonfinite)
+
+    def _previous_steps(self, lines: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """The step of the record before each of these bulk records (-2: none known)."""
+        known_lines = np.array([line for line, _ in self._recent], dtype=np.int64)
+        known_steps = np.array([step for _, step in self._recent], dtype=np.int64)
+        k = np.searchsorted(known_lines, lines) - 1  # the last known record before each line
+        known_line = np.where(k >= 0, known_lines[np.maximum(k, 0)] if len(known_lines) else -1, -1)
+        known_step = np.where(k >= 0, known_steps[np.maximum(k, 0)] if len(known_lines) else -2, -2)
+        bulk_line = np.concatenate([[-1], lines[:-1]])
+        bulk_step = np.concatenate([[-2], steps[:-1]])
+        return np.where(known_line > bulk_line, known_step, bulk_step)
+
+    def _remember(self, line: int, step: int) -> None:
+        recent = self._recent
+        bisect.insort(recent, (line, step))
+        if len(recent) > _RECENT_RECORDS:
+            del recent[0]
 
     def _fields(self, body: str) -> tuple[dict[str, float], list[str]]:
         """Every known `key: value` field of a record body, whatever its order and form."""

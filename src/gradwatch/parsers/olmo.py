@@ -60,6 +60,7 @@ def _key(name: str) -> str:
 
 class OlmoParser(Parser):
     name = "olmo"
+    segment_safe = True
     scan = r"\[step=|heckpoint|resume training"
     description = "OLMo / OLMo-core `[step=N/M,epoch=E]` marker + indented `key=value` metric lines"
 

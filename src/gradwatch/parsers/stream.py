@@ -9,10 +9,12 @@ offered to the parsers: first to one that has a multi-line record open, then to 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 
+import numpy as np
 import pandas as pd
 
 from gradwatch.events import Event, EventKind
@@ -76,6 +78,25 @@ class LogStream:
         ranked = sorted(counts, key=lambda n: (n in main, counts[n]), reverse=True)
         return ranked[0]
 
+    @property
+    def format_locked(self) -> bool:
+        """Whether the file's format is known (only its parser and the auxiliary ones read on)."""
+        return self._locked
+
+    @property
+    def collecting(self) -> bool:
+        """Whether a multi-line record is open."""
+        return self._collecting()
+
+    @property
+    def has_partial_line(self) -> bool:
+        return bool(self._partial)
+
+    @property
+    def segment_safe(self) -> bool:
+        """Whether every parser reading on may start in the middle of the file (`Parser.segment_safe`)."""
+        return all(p.segment_safe for p in self._active)
+
     def feed(self, data: bytes) -> None:
         self.bytes += len(data)
         buf = self._partial + data if self._partial else data
@@ -90,6 +111,8 @@ class LogStream:
 
     def close(self) -> None:
         """End of input: parse a last line that never got its newline, close open records."""
+        if self._closed:
+            return
         if self._partial:
             tail, self._partial = self._partial, b""
             self._parse_block(tail + b"\n")
@@ -162,14 +185,7 @@ class LogStream:
         bulk_parser = self._main_parser()
         matches = bulk_parser.bulk_matches(text) if bulk_parser is not None else []
         shape = bulk_parser.bulk_shape() if matches and bulk_parser is not None else None
-        starts = [text.rfind("\n", 0, m.start()) + 1 for m in matches]  # line start of each
-        ends = [text.find("\n", m.start()) for m in matches]
-        linenos: list[int] = []
-        count, prev = lineno, 0
-        for start in starts:
-            count += text.count("\n", prev, start)
-            linenos.append(count)
-            prev = start
+        starts, ends, linenos = _line_bounds(text, [m.start() for m in matches], lineno)
         taken = [True] * len(matches)
         i, n_bulk = 0, len(matches)  # the next bulk record
         last_line_record = -1  # position of the last record parsed line by line
@@ -261,11 +277,9 @@ class LogStream:
         gaps = "".join(pieces)
 
         def positions() -> Iterator[int]:
-            k = 0
             for m in scan.finditer(gaps):
                 g = m.start()
-                while joined_starts[k + 1] <= g:
-                    k += 1
+                k = bisect_right(joined_starts, g) - 1
                 yield piece_starts[k] + g - joined_starts[k]
 
         return positions()
@@ -334,6 +348,26 @@ class LogStream:
         self._collectors = [p for p in self._active if type(p).collecting is not Parser.collecting]
         if self._scan is not None:
             self._scan = _scan_regex(self._active)
+
+
+def _line_bounds(text: str, positions: list[int], first: int) -> tuple[list[int], list[int], list[int]]:
+    """Start, end (its newline) and number of the line of each position in `text` (ascending).
+
+    `text` ends with a newline; its first line is number `first`. One vectorised pass over the
+    newlines instead of a search per position.
+    """
+    if not positions:
+        return [], [], []
+    if text.isascii():
+        newlines = np.flatnonzero(np.frombuffer(text.encode("ascii"), dtype=np.uint8) == 10)
+    else:  # positions are in characters, not bytes
+        newlines = np.array([m.start() for m in _NEWLINE.finditer(text)], dtype=np.int64)
+    index = np.searchsorted(newlines, np.array(positions, dtype=np.int64))  # the newline ending each line
+    starts = np.where(index > 0, newlines[np.maximum(index - 1, 0)] + 1, 0)
+    return starts.tolist(), newlines[index].tolist(), (index + first).tolist()
+
+
+_NEWLINE = re.compile("\n")
 
 
 def _scan_regex(parsers: list[Parser]) -> re.Pattern[str] | None:

@@ -20,6 +20,7 @@ from gradwatch.errors import InputError
 from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileSummary, check_path
+from gradwatch.segments import default_jobs
 from gradwatch.plots.trend import RecentWindow
 
 #: Buckets kept per metric: a few per pixel of a 1,000-pixel-wide panel.
@@ -89,7 +90,7 @@ def collect(
 ) -> RunSeries:
     """Read one log through the pipeline; a log without records is an `InputError`."""
     collector = SeriesCollector(metrics, x, window)
-    summary, alerts = check_path(path, settings, on_batch=collector)
+    summary, alerts = check_path(path, settings, on_batch=collector, jobs=default_jobs())
     if summary.records == 0:
         raise InputError(summary.error or f"{path}: no training records")
     return RunSeries(summary, alerts, collector.series, collector.overflows, collector.recent)

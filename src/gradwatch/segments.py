@@ -1,0 +1,239 @@
+"""Reading one large archived file on several cores: segments cut at line starts, parsed by
+worker processes, merged back in file order for the detectors.
+
+The main process reads the file's first chunk itself, so that the format is known and its
+templates are compiled; each worker starts from a copy of that stream. Before its segment a worker reads a
+stretch of the lines just before it (the warm-up), so that the facts carried from line to line
+(the last step, the copy of a record another rank printed, the last overflow) are what a
+sequential read would have had there; what it finds in the warm-up is dropped. A record belongs
+to the segment that holds its first line: a worker finishes a multi-line record still open at
+its segment's end and drops what begins after it. Detectors and summaries run in the main process
+on the batches in file order, so alerts are those of a sequential read (tests/test_segments.py).
+
+Only parsers marked `segment_safe` are split: a parser that counts from the start of the file
+(Hugging Face Trainer dicts numbered by position) is read in one piece.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import pickle
+import signal
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from gradwatch.errors import InputError
+from gradwatch.parsers.stream import Batch, LogStream
+
+#: Files smaller than this are read in one process: starting workers would cost more.
+MIN_PARALLEL_BYTES = 64 << 20
+#: One worker task: large enough that the warm-up and the hand-over cost little.
+SEGMENT_BYTES = 16 << 20
+#: Lines before a segment that a worker reads to set up its parsers' state.
+WARMUP_BYTES = 256 << 10
+#: How far a worker reads past its segment's end to finish a record open there.
+OVERRUN_LIMIT = 1 << 20
+_READ_BYTES = 8 << 20
+_MAX_JOBS = 8
+
+
+def default_jobs() -> int:
+    """One worker per core this process may use, at most 8 (login nodes are shared)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, _MAX_JOBS))
+
+
+def splittable(path: Path | None, jobs: int) -> bool:
+    """Whether `path` is worth reading in parallel: a large plain (not gzip) file, and jobs > 1."""
+    if path is None or jobs < 2:
+        return False
+    try:
+        if path.stat().st_size < MIN_PARALLEL_BYTES:
+            return False
+        with open(path, "rb") as fh:
+            return fh.read(2) != b"\x1f\x8b"
+    except OSError:
+        return False  # the sequential read reports it
+
+
+def stream_ready(stream: LogStream) -> bool:
+    """Whether a stream that has read a file's head may be copied into workers."""
+    return stream.format_locked and not stream.collecting and not stream.has_partial_line and stream.segment_safe
+
+
+@dataclass(frozen=True)
+class _Task:
+    path: str
+    template: bytes  # the pickled LogStream after the head
+    start: int  # the segment: bytes [start, end), both at line starts
+    end: int
+    last: bool  # the file's last segment: close the stream at its end
+    warmup: int
+
+
+@dataclass
+class _Segment:
+    batch: Batch
+    lines: int  # lines in the segment proper
+    stream: LogStream | None  # the worker's stream, for the last segment (the state after the file)
+
+
+class SegmentReader:
+    """A pool of workers for one file; `batches` yields the rest of the file after its head."""
+
+    def __init__(self, path: Path, jobs: int) -> None:
+        self.path = path
+        self.jobs = jobs
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["gradwatch.segments"])
+        self._pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_ignore_interrupts)
+        self._pool.submit(int)  # start the workers now: they import while the head is read
+
+    def __enter__(self) -> SegmentReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def batches(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None]]:
+        """Batches of the file from `head_end` on, in order, with line numbers continuing `stream`'s.
+
+        With the last batch comes the stream as it stands at the end of the file (else None).
+        """
+        template = pickle.dumps(stream)
+        bounds = segment_bounds(self.path, head_end, SEGMENT_BYTES)
+        tasks = [
+            _Task(str(self.path), template, a, b, k == len(bounds) - 1, WARMUP_BYTES) for k, (a, b) in enumerate(bounds)
+        ]
+        lines_before = stream.lines
+        in_flight: deque[Future[_Segment]] = deque()
+        pending = iter(tasks)
+        for task in pending:
+            in_flight.append(self._pool.submit(read_segment, task))
+            if len(in_flight) >= 2 * self.jobs:
+                break
+        while in_flight:
+            try:
+                segment = in_flight.popleft().result()
+            except BrokenProcessPool:
+                raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
+            for task in pending:
+                in_flight.append(self._pool.submit(read_segment, task))
+                break
+            batch = _shifted(segment.batch, lines_before)
+            lines_before += segment.lines
+            if segment.stream is not None:
+                segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
+            yield batch, segment.stream
+
+
+def segment_bounds(path: Path, start: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) byte ranges of about `size` covering the file from `start`, cut at line starts."""
+    total = path.stat().st_size
+    cuts = [start]
+    with open(path, "rb") as fh:
+        while cuts[-1] + size < total:
+            fh.seek(cuts[-1] + size)
+            cut = _next_line_start(fh)
+            if cut is None or cut >= total:
+                break
+            cuts.append(cut)
+    return list(zip(cuts, [*cuts[1:], total], strict=True))
+
+
+def _next_line_start(fh: BinaryIO) -> int | None:
+    """The offset just after the next newline at or after the file position (None: none left)."""
+    pos = fh.tell()
+    while True:
+        block = fh.read(1 << 16)
+        if not block:
+            return None
+        nl = block.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(block)
+
+
+def read_segment(task: _Task) -> _Segment:
+    """Parse one segment in a worker: warm-up, the segment, then the end of an open record."""
+    stream: LogStream = pickle.loads(task.template)
+    stream.lines = 0
+    try:
+        with open(task.path, "rb") as fh:
+            stream.feed(_warmup(fh, task.start, task.warmup))
+            warm_lines = stream.lines
+            fh.seek(task.start)
+            left = task.end - task.start
+            while left > 0:
+                data = fh.read(min(_READ_BYTES, left))
+                if not data:
+                    break  # the file shrank while being read: what was there is checked
+                left -= len(data)
+                stream.feed(data)
+            lines = stream.lines - warm_lines
+            if task.last:
+                stream.close()
+            else:
+                _finish_open_record(stream, fh)
+    except OSError as e:
+        raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
+    batch = _within(stream.take(), warm_lines, lines)
+    return _Segment(batch, lines, stream if task.last else None)
+
+
+def _warmup(fh: BinaryIO, start: int, size: int) -> bytes:
+    """Whole lines from up to `size` bytes before `start`."""
+    if start == 0:
+        return b""
+    begin = max(0, start - size - 1)
+    fh.seek(begin)
+    data: bytes = fh.read(start - begin)
+    if begin == 0:
+        return data
+    nl = data.find(b"\n")
+    return data[nl + 1 :] if nl >= 0 else b""
+
+
+def _finish_open_record(stream: LogStream, fh: BinaryIO) -> None:
+    """Read on past the segment while a multi-line record begun in it is still open."""
+    read = 0
+    while stream.collecting and read < OVERRUN_LIMIT:
+        data = fh.read(1 << 16)
+        if not data:
+            break
+        read += len(data)
+        stream.feed(data)
+
+
+def _within(batch: Batch, skip: int, lines: int) -> Batch:
+    """The part of `batch` whose lines are in (skip, skip + lines], renumbered from 1."""
+    rec = batch.records
+    line = rec["line"].to_numpy()
+    keep = (line > skip) & (line <= skip + lines)
+    if not keep.all():
+        rec = rec[keep].reset_index(drop=True)
+    rec["line"] -= skip
+    events = [e.moved(-skip) for e in batch.events if skip < e.line <= skip + lines]
+    return dataclasses.replace(batch, records=rec, events=events)
+
+
+def _shifted(batch: Batch, offset: int) -> Batch:
+    """`batch` with its line numbers moved on by `offset`."""
+    batch.records["line"] += offset
+    events = [e.moved(offset) for e in batch.events]
+    return dataclasses.replace(batch, events=events)
+
+
+def _ignore_interrupts() -> None:
+    """Ctrl-C is the main process's to handle: a worker must not print its own traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,0 +1,143 @@
+"""A large file read by worker processes gives exactly what a sequential read gives.
+
+The sizes that decide the split are shrunk so that small logs cross many segment boundaries:
+multi-line OLMo records, Megatron records printed by two ranks, tracebacks and overflow lines
+all end up cut between two workers somewhere. Workers are real processes (forkserver).
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gradwatch import config, segments
+from gradwatch.alerts import Alert
+from gradwatch.parsers.stream import Batch
+from gradwatch.pipeline import FileSummary, check_path
+from gradwatch.sources import archive
+from gradwatch.synth import Anomaly, RunSpec, generate
+from tests.conftest import real_samples
+
+SETTINGS = config.load()
+
+
+@pytest.fixture
+def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(segments, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(archive, "CHUNK_BYTES", 48 << 10)  # the first chunk is read before the split
+    monkeypatch.setattr(segments, "SEGMENT_BYTES", 96 << 10)
+    monkeypatch.setattr(segments, "WARMUP_BYTES", 16 << 10)
+
+
+def _run(path: Path, jobs: int) -> tuple[FileSummary, list[Alert], pd.DataFrame, list[tuple]]:
+    batches: list[Batch] = []
+    summary, alerts = check_path(path, SETTINGS, on_batch=batches.append, jobs=jobs)
+    records = pd.concat([b.records for b in batches], ignore_index=True)
+    events = [(e.kind, e.line, e.step, e.data) for b in batches for e in b.events]
+    return summary, alerts, records, events
+
+
+def _same(path: Path) -> tuple[FileSummary, list[Alert]]:
+    """Check `path` sequentially and with 2 workers; assert every result is the same."""
+    seq_summary, seq_alerts, seq_records, seq_events = _run(path, jobs=1)
+    par_summary, par_alerts, par_records, par_events = _run(path, jobs=2)
+    pd.testing.assert_frame_equal(par_records, seq_records)
+    assert par_events == seq_events
+    assert [a.to_json() for a in par_alerts] == [a.to_json() for a in seq_alerts]
+    for name in ("format", "records", "first_step", "last_step", "lines", "error"):
+        assert getattr(par_summary, name) == getattr(seq_summary, name), name
+    assert par_summary.last_values.keys() == seq_summary.last_values.keys()
+    for k, v in seq_summary.last_values.items():
+        assert par_summary.last_values[k] == v or (math.isnan(v) and math.isnan(par_summary.last_values[k]))
+    assert par_summary.spike_score.percent() == seq_summary.spike_score.percent()
+    return par_summary, par_alerts
+
+
+def _write(tmp_path: Path, spec: RunSpec, *, twice: bool = False) -> Path:
+    lines = list(generate(spec))
+    if twice:  # every record printed by two ranks, one copy after the other
+        lines = [copy for line in lines for copy in ([line, line] if "consumed samples" in line else [line])]
+    path = tmp_path / f"{spec.fmt}.log"
+    path.write_text("".join(lines))
+    return path
+
+
+SPECS = [
+    RunSpec(fmt="megatron-deepspeed", steps=3000, seed=3, anomalies=(Anomaly("loss_scale_collapse", 1500),)),
+    RunSpec(fmt="megatron-deepspeed", steps=3000, seed=4, anomalies=(Anomaly("grad_norm_spike", 2200),)),
+    RunSpec(fmt="megatron-lm", steps=3000, seed=5, anomalies=(Anomaly("nonfinite", 2500),)),
+    RunSpec(fmt="olmo", steps=3000, seed=6, z_loss=True, anomalies=(Anomaly("logit_norm_drift", 1800),)),
+    RunSpec(fmt="composer", steps=3000, seed=7, anomalies=(Anomaly("loss_spike", 2000),)),
+]
+
+
+@pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.fmt}-{s.anomalies[0].kind}")
+def test_parallel_read_equals_sequential(tmp_path: Path, spec: RunSpec) -> None:
+    path = _write(tmp_path, spec)
+    assert path.stat().st_size > 4 * segments.SEGMENT_BYTES  # many boundaries
+    summary, alerts = _same(path)
+    assert summary.records > 1000
+    assert any(a.detector == spec.anomalies[0].kind for a in alerts)
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_records_repeated_by_ranks_across_boundaries_are_one_record(tmp_path: Path) -> None:
+    spec = RunSpec(fmt="megatron-deepspeed", steps=3000, seed=8)
+    once, _ = check_path(_write(tmp_path, spec), SETTINGS, jobs=1)
+    twice, _ = _same(_write(tmp_path, spec, twice=True))
+    assert twice.records == once.records > 2000
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_traceback_and_multiline_records_cut_by_a_boundary(tmp_path: Path) -> None:
+    spec = RunSpec(fmt="olmo", steps=2500, seed=9)
+    text = "".join(generate(spec))
+    # put a traceback right at each segment boundary (a multi-line event cut between workers)
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 10, in <module>\n'
+        "    main()\n"
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    cut = segments.SEGMENT_BYTES
+    pieces, pos = [], 0
+    while pos + cut < len(text):
+        nl = text.index("\n", pos + cut - 100) + 1
+        pieces += [text[pos:nl], traceback]
+        pos = nl
+    pieces.append(text[pos:])
+    path = tmp_path / "olmo-tracebacks.log"
+    path.write_text("".join(pieces))
+    summary, _ = _same(path)
+    assert summary.records > 1000
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_real_logs_read_in_parallel_equal_sequential() -> None:
+    big = sorted(p for p in real_samples().rglob("*") if p.is_file() and p.stat().st_size > 3 * segments.SEGMENT_BYTES)
+    assert big, "no real log large enough to split"
+    for path in big:
+        _same(path)
+
+
+def test_only_large_plain_files_with_jobs_are_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = tmp_path / "run.log"
+    plain.write_bytes(b"x\n" * 1000)
+    gz = tmp_path / "run.log.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    assert not segments.splittable(plain, jobs=4)  # too small to be worth it
+    monkeypatch.setattr(segments, "MIN_PARALLEL_BYTES", 0)
+    assert segments.splittable(plain, jobs=4)
+    assert not segments.splittable(plain, jobs=1)
+    assert not segments.splittable(gz, jobs=4)
+    assert not segments.splittable(None, jobs=4)  # standard input
+    assert not segments.splittable(tmp_path / "missing.log", jobs=4)
+
+
+def test_default_jobs_is_bounded() -> None:
+    assert 1 <= segments.default_jobs() <= 8
