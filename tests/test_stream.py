@@ -7,37 +7,47 @@ parser, and must not depend on where the input was cut into chunks.
 
 from __future__ import annotations
 
+import pickle
 import random
+import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from gradwatch.events import EventKind
 from gradwatch.parsers import new_parsers
-from gradwatch.parsers.stream import LogStream
+from gradwatch.parsers.base import ParseOutput
+from gradwatch.parsers.stream import LOCK_AFTER_RECORDS, LogStream
 from gradwatch.synth import FORMATS, Anomaly, RunSpec, generate
-from tests.conftest import REAL
+from tests.conftest import EXAMPLES, REAL
 
 
-def _parse(data: bytes, chunks: list[int] | None = None, every_line: bool = False):
+def _parse(data: bytes, chunks: list[int] | None = None, every_line: bool = False, pickled: bool = False):
+    """Format, records, events (with their times) and the latest time and step of each batch;
+    `pickled`: the stream is pickled and restored after each chunk, as `scan` does between runs."""
     stream = LogStream(new_parsers())
     if every_line:
         stream._scan = None  # the plain path: every line to every parser
-    frames, events = [], []
+    frames, events, clocks = [], [], []
     pos = 0
-    for size in chunks or [len(data)]:
-        stream.feed(data[pos : pos + size])
-        pos += size
+    for size in [*(chunks or [len(data)]), None]:
+        if size is None:
+            stream.feed(data[pos:])
+            stream.close()
+        else:
+            stream.feed(data[pos : pos + size])
+            pos += size
         batch = stream.take()
         frames.append(batch.records)
         events += batch.events
-    stream.feed(data[pos:])
-    stream.close()
-    batch = stream.take()
-    frames.append(batch.records)
-    events += batch.events
+        clocks.append((batch.last_ts, batch.last_step))
+        if pickled:
+            stream = pickle.loads(pickle.dumps(stream))
     records = pd.concat(frames, ignore_index=True)
-    return stream.format, records, [(e.kind, e.line, e.step, sorted(e.data.items())) for e in events]
+    events = [(e.kind, e.line, e.step, e.ts, sorted(e.data.items())) for e in events]
+    return stream.format, records, events, clocks
 
 
 def _random_chunks(n: int, seed: int) -> list[int]:
@@ -54,6 +64,9 @@ def _assert_same(a, b) -> None:
     assert a[0] == b[0]
     pd.testing.assert_frame_equal(a[1], b[1])
     assert a[2] == b[2]
+    # the latest time and step of each batch (of the last one when the input was cut differently);
+    # not `last_step_ts`, which the plain path (no `_pending_from`) does not fill in the same way
+    assert a[3] == b[3] if len(a[3]) == len(b[3]) else a[3][-1] == b[3][-1]
 
 
 def _synth(fmt: str) -> bytes:
@@ -107,3 +120,300 @@ def test_bulk_path_reads_a_nan_step_and_a_validation_record_in_order() -> None:
     nan_rows = records[records.nonfinite == "loss"]
     assert list(nan_rows.step) == [2000, 2000, 2000]
     assert records.line.is_monotonic_increasing
+
+
+# ---- the bulk readers of JSON lines, HF Trainer dicts and torchtitan lines --------------------
+
+BULK_FORMATS = ("jsonl", "hf-trainer", "torchtitan")
+_TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n    main()'
+_TITAN = "[rank0]:[titan] 2024-03-02 08:00:30,325 - root - INFO - "
+_BAR = " 10%|█         | {}/100000 [00:10<01:30,  1.00s/it]"
+_DS_OVERFLOW = (
+    "[2024-03-02 08:00:29,825] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
+    "Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768"
+)
+#: Lines that must go one by one, per format: each makes a replacement for a record line (and
+#: its step); several are not records at all, some open a traceback over the lines that follow.
+ODD_LINES = {
+    "jsonl": [
+        lambda s, n: s.replace('"loss": ', '"loss": NaN, "x": ', 1),
+        lambda s, n: s.replace('"loss": ', '"loss": "nan", "x": ', 1),
+        lambda s, n: '{"loss": 1.5, "lr": 0.1}',  # no step: the one after the previous record's
+        lambda s, n: f'{{"step": {n}, "loss": null, "grad_norm": null}}',  # not a record
+        lambda s, n: s.replace(", ", ",").replace(": ", ":"),
+        lambda s, n: " " + s,
+        lambda s, n: s.replace('"loss": ', '"loss": -0, "x": ', 1),
+        lambda s, n: s.replace('"loss": ', '"loss": 1e400, "x": ', 1),
+        lambda s, n: re.sub(r'("loss": [-0-9.]*)[0-9]', "\\g<1>\u0661", s, count=1),  # not a digit to json
+        lambda s, n: s.replace('{"step": ', '{"step": 0', 1),  # not JSON
+        lambda s, n: "[rank1]:" + s,
+        lambda s, n: "\x1b[32m" + s,
+        lambda s, n: s[: len(s) // 2] + "\r" + s[len(s) // 2 :],
+        lambda s, n: s.replace('"loss"', '"val_loss": 3.5, "loss"', 1),
+        lambda s, n: s[: len(s) // 2],
+        lambda s, n: s.replace(f'"step": {n},', f'"step": {max(0, n - 7)},', 1),
+        lambda s, n: s.replace('"loss"', '"train": {"x": 1}, "loss"', 1),
+        lambda s, n: s.replace('"loss"', '"flag": true, "loss"', 1),
+        lambda s, n: s.replace('"step": ', '"iteration": 7, "step": ', 1),
+        lambda s, n: _TRACEBACK,
+        lambda s, n: "ValueError: bad batch",
+        lambda s, n: s + "\n" + s,
+    ],
+    "hf-trainer": [
+        lambda s, n: s.replace("'loss': ", "'loss': nan, 'x': ", 1),
+        lambda s, n: s.replace("'loss': ", "'loss': '0.91', 'x': ", 1),
+        lambda s, n: _BAR.format(n) + s,  # tqdm glue: the bar's count is the step
+        lambda s, n: _BAR.format(n + 3) + "\r" + s,
+        lambda s, n: s.replace("'", "\u2018", 2),
+        lambda s, n: s + "\n{'eval_loss': 2.5, 'eval_runtime': 1.0, 'epoch': 0.5}",
+        lambda s, n: s + "\n" + _BAR.format(n + 9) + "\r{'eval_loss': 2.5, 'eval_runtime': 1.0}",
+        lambda s, n: s + f"\n  Continuing training from global step {max(0, n - 5)}",
+        lambda s, n: "{'train_runtime': 10.0, 'train_loss': 2.0, 'epoch': 1.0}",
+        lambda s, n: "{'lr': 0.1, 'batch_size': 8}",
+        lambda s, n: s.replace("'loss': ", "'loss': None, 'x': ", 1),
+        lambda s, n: s.replace("'loss': ", "'loss': tensor(2.5), 'x': ", 1),
+        lambda s, n: re.sub(r"('loss': [-0-9.]*)[0-9]", "\\g<1>\u0661", s, count=1),  # a digit to float()
+        lambda s, n: "[rank0]:" + s,
+        lambda s, n: s[: len(s) // 2],
+        lambda s, n: _TRACEBACK,
+        lambda s, n: "ValueError: bad batch",
+        lambda s, n: _DS_OVERFLOW,
+        lambda s, n: s + "\n" + _BAR.format(n + 2),
+        lambda s, n: s + "\n" + s,
+    ],
+    "torchtitan": [
+        lambda s, n: s.replace("loss: ", "loss: nan  x: ", 1),
+        lambda s, n: s + f"\n{_TITAN}\x1b[33mvalidate step: {n:2d}  \x1b[32mloss:  3.1234\x1b[39m",
+        lambda s, n: s + f"\n{_TITAN}validate step: {n + 5:2d}  loss:  3.1234",
+        lambda s, n: s + f"\n{_TITAN}Loading the checkpoint at step {max(1, n - 9)}.",
+        lambda s, n: s + f"\n{_TITAN}Training starts at step {max(1, n - 9)}.",
+        lambda s, n: s + f"\n{_TITAN}Finished saving the checkpoint (or staging if async is enabled)in 1.23 seconds.",
+        lambda s, n: s + "\n" + s.replace("[rank0]:", "[rank1]:", 1),  # a copy from another rank
+        lambda s, n: s.replace("[rank0]:", "[default3]:", 1),
+        lambda s, n: s.replace("[rank0]:[titan] ", "", 1),
+        lambda s, n: s.replace("mfu: ", "mfu: N/A  x: ", 1),
+        lambda s, n: s[: len(s) // 2],
+        lambda s, n: "\n".join("[rank0]: " + t for t in _TRACEBACK.split("\n")),
+        lambda s, n: "[rank0]: ValueError: bad batch",
+        lambda s, n: s + f"\n{_TITAN}Training completed",
+        lambda s, n: s.replace("2024-03-", "2024-13-", 1),
+        lambda s, n: re.sub(r"(loss: +[-0-9.]*)[0-9]", "\\g<1>\u0661", s, count=1),
+        lambda s, n: s.replace("[rank0]:", "[rank0]:[rank0]:", 1),
+        lambda s, n: s.replace("grad_norm:  ", "grad_norm:  nan  x: ", 1),
+        lambda s, n: s + "\n" + s.replace("[rank0]:", "[rank1]:", 1).replace(f"step: {n:2d}", f"step: {n - 1:2d}"),
+        lambda s, n: _DS_OVERFLOW,
+    ],
+}
+
+
+def _with_odd_lines(fmt: str, seed: int, rate: float) -> bytes:
+    """A synthetic run (a resume, an anomaly) with odd lines in place of, or after, record lines:
+    at random, then each kind once in turn in the second half (some end the bulk reading for good:
+    an HF dict replaced by a non-record makes the bars count differently from the dicts)."""
+    rng = random.Random(seed)
+    spec = RunSpec(fmt=fmt, steps=1500, seed=seed, restarts=(700,), anomalies=(Anomaly("loss_spike", 1100),))
+    lines = "".join(generate(spec)).split("\n")
+    odd = ODD_LINES[fmt]
+    for i in range(30, len(lines)):
+        if rng.random() < rate:
+            lines[i] = rng.choice(odd)(lines[i], i)
+    records = [k for k, line in enumerate(lines) if k > len(lines) // 2 and "loss" in line]
+    for i, make in zip(records[::20], odd, strict=False):
+        lines[i] = make(lines[i], i)
+    return "\n".join(lines).encode()
+
+
+def _bulk_records(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter of the records the bulk readers write (one list item, updated in place)."""
+    count = [0]
+    record_columns = ParseOutput.record_columns
+
+    def counting(self: ParseOutput, parser: str, steps, *args) -> None:
+        count[0] += len(steps)
+        record_columns(self, parser, steps, *args)
+
+    monkeypatch.setattr(ParseOutput, "record_columns", counting)
+    return count
+
+
+@pytest.mark.parametrize("fmt", BULK_FORMATS)
+def test_bulk_readers_take_the_ordinary_record_lines(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    bulk = _bulk_records(monkeypatch)
+    records = _parse("".join(generate(RunSpec(fmt=fmt, steps=2000, seed=5))).encode())[1]
+    assert bulk[0] >= 0.95 * len(records), f"{bulk[0]} of {len(records)} records read in bulk"
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("fmt", BULK_FORMATS)
+def test_fast_paths_equal_the_plain_path_with_odd_lines(fmt: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Odd lines go one by one between bulk records; results equal the plain path's, whole and cut
+    at random chunk boundaries (lines cut in two, blocks that end inside a traceback)."""
+    data = _with_odd_lines(fmt, seed, rate=0.01)
+    bulk = _bulk_records(monkeypatch)
+    _assert_same(_parse(data), _parse(data, every_line=True))
+    chunks = _random_chunks(len(data), seed=seed)
+    _assert_same(_parse(data, chunks), _parse(data, chunks, every_line=True))
+    assert bulk[0] > 100, "the bulk reader should have read records of this log"
+
+
+@pytest.mark.parametrize("fmt", BULK_FORMATS)
+def test_bulk_readers_resume_from_a_pickled_stream(fmt: str) -> None:
+    """`scan` pickles the stream between runs (and `check --jobs` copies it into workers)."""
+    data = _with_odd_lines(fmt, seed=7, rate=0.01)
+    chunks = [len(data) // 5] * 4
+    _assert_same(_parse(data, chunks, pickled=True), _parse(data, chunks, every_line=True))
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.log")), ids=lambda p: p.name)
+def test_fast_paths_equal_the_plain_path_on_example_logs(path: Path) -> None:
+    data = path.read_bytes()
+    _assert_same(_parse(data), _parse(data, every_line=True))
+    chunks = _random_chunks(len(data), seed=4)
+    _assert_same(_parse(data, chunks), _parse(data, chunks, every_line=True))
+
+
+def _titan_line(rank: int, step: int, second: int) -> str:
+    return (
+        f"[rank{rank}]:[titan] 2024-03-02 08:{second // 60:02d}:{second % 60:02d},{rank:03d} - root - INFO - "
+        f"\x1b[31mstep: {step:2d}  \x1b[32mloss:  3.{step:04d}  \x1b[33mgrad_norm:  0.7675  "
+        f"\x1b[34mmemory:  9.46GiB(64.99%)  \x1b[35mtps: 7,322  \x1b[36mtflops: 0.52  \x1b[37mmfu: 0.17%\x1b[39m\n"
+    )
+
+
+def test_torchtitan_copies_from_every_rank_are_one_record_and_a_later_line_sees_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each step printed by 4 ranks is read in bulk as one record; "Training completed" (an event
+    without a time of its own) gets the time of the last record, as when read line by line."""
+    text = "".join(_titan_line(rank, step, step * 10) for step in range(1, 301) for rank in range(4))
+    data = (text + _TITAN.replace("08:00:30,325", "08:59:59,000") + "Training completed\n").encode()
+    bulk = _bulk_records(monkeypatch)
+    fast = _parse(data)
+    _assert_same(fast, _parse(data, every_line=True))
+    assert list(fast[1].step) == list(range(1, 301)) and bulk[0] > 250
+    [(_, _, step, ts, _)] = [e for e in fast[2] if e[0] is EventKind.RUN_END]
+    assert step == 300 and ts == fast[1].ts.iloc[-1]
+
+
+def test_hf_dicts_whose_bars_do_not_count_them_go_line_by_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With logging_steps > 1 the bar count is not the dict's step: no bulk, the same records."""
+    line = "{{'loss': 2.{:04d}, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1}}\n" + _BAR + "\n"
+    data = "".join(line.format(k, 10 * k) for k in range(1, 400)).encode()
+    bulk = _bulk_records(monkeypatch)
+    fast = _parse(data)
+    _assert_same(fast, _parse(data, every_line=True))
+    assert list(fast[1].step) == list(range(1, 400)) and bulk[0] == 0
+
+
+def test_jsonl_record_without_a_step_after_bulk_records_takes_the_next_step() -> None:
+    lines = [f'{{"step": {k}, "loss": 2.5, "grad_norm": null, "lr": 0.0001}}\n' for k in range(1, 300)]
+    lines[150] = '{"loss": 9.5}\n'  # after step 150, instead of 151
+    data = "".join(lines).encode()
+    fast = _parse(data)
+    _assert_same(fast, _parse(data, every_line=True))
+    assert fast[1].step[150] == 151 and fast[1].loss[150] == 9.5
+
+
+def _hf_dict(k: int) -> str:
+    return f"{{'loss': 2.{k:04d}, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1}}\n"
+
+
+def _hf_log(dicts: int, extra: dict[int, str]) -> bytes:
+    """HF dicts each followed by a bar counting it; `extra[k]` is printed after the bar of dict k."""
+    return "".join(_hf_dict(k) + _BAR.format(k) + "\n" + extra.get(k, "") for k in range(1, dicts + 1)).encode()
+
+
+@pytest.mark.parametrize(
+    ("extra", "steps"),
+    [
+        # the count goes back to 250 (these bars do not: only the count says what the plain path says)
+        ("  Continuing training from global step 250\n", [299, 300, 251, 252]),
+        # a nan dict without a bar after it
+        ("{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.1}\n", [299, 300, 301, 302]),
+        # an evaluation dict glued to a bar takes the bar's count, the next dict does not
+        (_BAR.format(999) + "\r{'eval_loss': 2.5, 'eval_runtime': 1.0, 'epoch': 0.5}\n", [299, 300, 999, 301]),
+    ],
+    ids=["resume", "nan-dict", "eval-after-bar"],
+)
+def test_hf_bulk_dicts_stop_where_the_count_may_change(
+    extra: str, steps: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After such a line the bars no longer tell the dicts' steps: the count of the plain path wins."""
+    data = _hf_log(400, {300: extra})
+    bulk = _bulk_records(monkeypatch)
+    fast = _parse(data)
+    _assert_same(fast, _parse(data, every_line=True))
+    assert list(fast[1].step[298:302]) == steps and bulk[0] >= 250
+
+
+def _titan_log(steps: list[int], extra: dict[int, str]) -> bytes:
+    """Rank 0 lines of these steps, 10 s apart; `extra[k]` is printed after the k-th line."""
+    return "".join(_titan_line(0, step, 10 * k) + extra.get(k, "") for k, step in enumerate(steps)).encode()
+
+
+@pytest.mark.parametrize(
+    ("steps", "extra"),
+    [
+        # a copy that goes line by line (two prefixes) right after its bulk original
+        (range(1, 301), {200: _titan_line(1, 201, 2000).replace("[rank1]:", "[rank1]:[rank1]:")}),
+        # a validation line of another step, then an event that takes the latest time
+        (range(1, 301), {200: _TITAN.replace("08:00:30", "09:30:00") + "validate step: 250  loss:  3.1\n"}),
+        # the step goes back without a load line: steps 150 to 200 twice
+        ([*range(1, 201), *range(150, 301)], {220: ""}),
+        # a checkpoint load: the same steps again
+        ([*range(1, 201), *range(150, 301)], {199: _TITAN + "Loading the checkpoint at step 149.\n"}),
+    ],
+    ids=["odd-copy", "validation", "step-back", "load"],
+)
+def test_torchtitan_lines_read_one_by_one_see_the_bulk_lines_before_them(
+    steps: list[int], extra: dict[int, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extra = {k: v + "[rank0]: CUDA error: an illegal memory access\n" for k, v in extra.items()}
+    data = _titan_log(list(steps), extra)
+    bulk = _bulk_records(monkeypatch)
+    fast = _parse(data)
+    _assert_same(fast, _parse(data, every_line=True))
+    # all but the records before the format is known and the odd line's neighbours: past the odd
+    # line, the rest of the block is read in bulk again
+    assert bulk[0] >= len(fast[1]) - LOCK_AFTER_RECORDS - 3
+
+
+def test_torchtitan_block_after_a_load_does_not_take_the_old_steps_for_new_ones() -> None:
+    """A block that begins after a load: `out.last_step` is still the step before the crash, which
+    the replayed steps reach again; an event there takes the load's time, not a replayed line's."""
+    head = _titan_log(list(range(1, 201)), {199: _TITAN + "Training starts at step 150.\n"})
+    tail = "[rank0]: CUDA error: an illegal memory access\n" + "".join(
+        _titan_line(0, step, 3000 + 10 * step) for step in range(150, 301)
+    )
+    data = head + tail.encode()
+    _assert_same(_parse(data, [len(head)]), _parse(data, [len(head)], every_line=True))
+
+
+def test_jsonl_bulk_values_are_the_per_line_values_to_the_sign_of_zero() -> None:
+    """json reads `-0` as the int 0 (so 0.0) and `-0.0` as -0.0; the bulk reader too."""
+    lines = [f'{{"step": {k}, "loss": {v}, "lr": 0.1}}\n' for k, v in enumerate(["-0.0", "-0", "2.5"] * 100)]
+    data = "".join(lines).encode()
+    fast, plain = _parse(data), _parse(data, every_line=True)
+    _assert_same(fast, plain)
+    assert (np.signbit(fast[1].loss) == np.signbit(plain[1].loss)).all() and np.signbit(fast[1].loss).sum() == 100
+
+
+def test_jsonl_logged_validation_loss_goes_line_by_line_for_its_event() -> None:
+    """Every line has a `val_loss` key, null but on evaluation steps: those are events."""
+    lines = [f'{{"step": {k}, "loss": 2.5, "val_loss": {"3.5" if k % 50 == 0 else "null"}}}\n' for k in range(1, 400)]
+    data = "".join(lines).encode()
+    fast = _parse(data)
+    _assert_same(fast, _parse(data, every_line=True))
+    assert [e[2] for e in fast[2] if e[0] is EventKind.VALIDATION] == list(range(50, 400, 50))
+
+
+def test_a_parser_that_is_not_the_files_format_reads_nothing_in_bulk() -> None:
+    """A JSON line opens a Megatron log and JSON lines follow once Megatron took the file: they are
+    nobody's records, though the stream asks JSONL (first in registry order) for bulk matches."""
+    iteration = " iteration {:8d}/  159576 | lm loss: 3.317482E+00 | grad norm: 1.0 |\n"
+    json_line = '{{"step": {}, "loss": 1.5, "lr": 0.1}}\n'
+    head = (json_line.format(0) + "".join(iteration.format(k) for k in range(1, 31))).encode()
+    data = head + "".join(iteration.format(k) + json_line.format(k) for k in range(31, 300)).encode()
+    fast = _parse(data, [len(head)])
+    _assert_same(fast, _parse(data, [len(head)], every_line=True))
+    assert fast[0] == "megatron" and len(fast[1]) == 300

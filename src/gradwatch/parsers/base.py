@@ -15,7 +15,10 @@ consume only its own lines. `bulk_*` are gradwatch's fast path for its own parse
 from __future__ import annotations
 
 import re
+import warnings
 from abc import ABC, abstractmethod
+from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -155,3 +158,110 @@ class Parser(ABC):
     def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
         """Record the lines found by `bulk_matches` (only called when it returned some)."""
         raise NotImplementedError
+
+
+def number_table(joined: str, rows: int) -> np.ndarray:
+    """The numbers of space-separated text as `rows` rows, parsed in one C call (bulk readers
+    convert all values of a block at once). numpy rounds as `float()` does. The text must hold only
+    numbers (the bulk regexes admit nothing else): anything else raises ValueError."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy only warns (and stops) at text that is no number
+        return np.fromstring(joined, dtype=np.float64, sep=" ").reshape(rows, -1)
+
+
+def lines_outside(
+    text: str, needle: str, matches: list[re.Match[str]], usual: str = ""
+) -> Iterator[tuple[int, int, int]]:
+    """The lines of `text` that contain `needle` and are not lines of `matches`, in order:
+    (line start, line end, how many matches come before the line).
+
+    For bulk readers that must stop at an odd line of their own kind. `matches` are whole lines
+    that each hold `needle` once, and `usual` marks the other lines expected in a block (an
+    evaluation line; it must not occur in a match). When counts say those are all there is, only
+    they are visited; otherwise the stretches between matches are searched.
+    """
+    extra = text.count(needle) - len(matches)
+    if extra == 0:
+        return
+    if usual and text.count(usual) == extra:
+        starts = [m.start() for m in matches]
+        hit = text.find(usual)
+        while hit >= 0:
+            start = text.rfind("\n", 0, hit) + 1
+            end = text.find("\n", hit)
+            yield start, end, bisect_right(starts, start)
+            hit = text.find(usual, end)
+        return
+    pos = 0
+    for k, stop in enumerate([*(m.start() for m in matches), len(text)]):
+        hit = text.find(needle, pos, stop)
+        while hit >= 0:
+            start = text.rfind("\n", 0, hit) + 1
+            end = text.find("\n", hit, stop)
+            end = stop if end < 0 else end
+            yield start, end, k
+            hit = text.find(needle, end, stop)
+        if k < len(matches):
+            pos = matches[k].end()
+
+
+class BulkTrack:
+    """What a bulk reader whose records depend on earlier ones must know of the per-line calls.
+
+    The stream records a block's bulk matches only after the lines it offers one by one, and such a
+    line learns of the bulk records before it only through `out.last_step` (group 1 of the latest
+    match). Hence, per file:
+
+    - `locked`: the stream now offers lines only to this parser and the auxiliary ones (its
+      `LOCK_AFTER_RECORDS`th record). Only then may it read in bulk, and only then is every record
+      its own, so `out.last_step` at a line read one by one is the step of its own latest record,
+      in the plain path as in the fast one.
+    - `line`: the line of its latest per-line call. A flushed bulk match after it is newer than
+      anything read one by one, so the state it leaves is the parser's state.
+    - `shape`: what `bulk_shape` returns. A reader hands out matches only up to the first line that
+      must be read one by one and may change its state (a cut). Once a record read one by one has
+      passed it, a new token makes the stream search the rest of the block again.
+    """
+
+    def __init__(self) -> None:
+        from gradwatch.parsers.stream import LOCK_AFTER_RECORDS  # not at module level: stream imports us
+
+        self._lock_after = LOCK_AFTER_RECORDS
+        self.locked = False
+        self.line = 0
+        self.shape: object | None = None
+        self._retry = False
+
+    def seen(self, line: int) -> None:
+        """A per-line call begins."""
+        self.line = line
+
+    def count(self, name: str, out: ParseOutput) -> None:
+        """After a call or a bulk chunk: is the file locked to the parser `name` now? From then on
+        the rest of the block may be read in bulk."""
+        if not self.locked and out.counts.get(name, 0) >= self._lock_after:
+            self.locked = True
+            self.changed()
+
+    def newest(self, linenos: list[int]) -> bool:
+        """Whether the last of these bulk matches comes after the latest per-line call."""
+        return linenos[-1] > self.line
+
+    def handed(self, matches: int, retry: bool) -> None:
+        """`bulk_matches` handed out `matches`; `retry`: it stopped before record lines of its shape,
+        which a per-line record may make readable in bulk again."""
+        self._retry = retry
+        if not matches:
+            self.shape = None  # nothing to search for again unless a record passes the cut
+        elif self.shape is None:
+            self.shape = object()
+
+    def changed(self) -> None:
+        """What the bulk reader matches changed (a new template): search the rest of the block again."""
+        self.shape = object()
+
+    def passed(self) -> None:
+        """A record read one by one changed the parser's state: past a cut, search again."""
+        if self._retry:
+            self._retry = False
+            self.changed()

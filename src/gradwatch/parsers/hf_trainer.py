@@ -30,10 +30,14 @@ under N and stays.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number
-from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers.base import BulkTrack, ParseOutput, Parser, lines_outside, number_table
 
 _Q = "'\u2018\u2019\""
 # 'key': value; value = quoted string | bare token, maybe wrapped: tensor(...), np.float64(...)
@@ -48,6 +52,48 @@ _KEYS: dict[str, str] = {
     "learning_rate": "lr",
     "eval_loss": "val_loss",
 }
+# Bulk path: a value as Python prints a float or int that float() and numpy read alike and that
+# stays finite; the count of the tqdm bar on the next line, which must be the dict's step.
+_NUMBER = r"-?\d{1,17}(?:\.\d+)?(?:e[+-]?\d{1,2})?"
+_BAR_AFTER = r"(?=[^\n]*\n *\d{1,3}%\|[^|\n\r]*\| (\d{1,15})/\d)"
+_PLAIN_KEY = re.compile(r"[\w./-]+\Z", re.ASCII)
+_EVAL = "{'eval_loss': "
+
+
+@dataclass(frozen=True)
+class _Template:
+    """One training dict shape: its keys in order and regexes for it; group 1 of `block` is the
+    bar's count, then one group per entry of `names`."""
+
+    keys: tuple[str, ...]
+    line: re.Pattern[str]
+    block: re.Pattern[str]
+    names: tuple[str, ...]
+
+
+def _compile_template(pairs: list[tuple[str, str]], text: str) -> _Template | None:
+    """The template of a training dict with these `pairs`, if `text` (the dict) is of plain form:
+    distinct simple keys, numbers and None, a number for the loss, no evaluation loss."""
+    keys = tuple(k for k, _ in pairs)
+    if len(set(keys)) != len(keys) or not all(_PLAIN_KEY.match(k) for k in keys) or "eval_loss" in keys:
+        return None
+    pieces = []
+    for key in keys:
+        name = _KEYS.get(key)
+        value = f"({_NUMBER})" if name == "loss" else f"({_NUMBER}|None)" if name else f"(?:{_NUMBER}|None)"
+        pieces.append(f"'{re.escape(key)}': {value}")
+    body = r"\{" + ", ".join(pieces) + r"\}"
+    line = re.compile(body, re.ASCII)
+    if "loss" not in keys or not line.fullmatch(text):
+        return None
+    block = re.compile(rf"^{_BAR_AFTER}{body}[ \t\r]*$", re.M | re.ASCII)
+    return _Template(keys, line, block, tuple(_KEYS[k] for k in keys if k in _KEYS))
+
+
+def _safe_eval(text: str, start: int, end: int) -> bool:
+    """An evaluation dict alone on its line: it takes the step of the latest training dict and
+    changes nothing, so bulk dicts may go on after it."""
+    return text.startswith(_EVAL, start) and "'loss'" not in text[start:end] and "\r" not in text[start:end]
 
 
 class HfTrainerParser(Parser):
@@ -56,10 +102,32 @@ class HfTrainerParser(Parser):
     description = "Hugging Face Trainer `{'loss': ..., 'grad_norm': ..., 'learning_rate': ...}` dicts"
 
     def __init__(self) -> None:
-        self._step: int | None = None  # step of the latest training dict
+        self._step = 0  # step of the latest training dict (0 before the first: the next one is 1)
         self._bar: tuple[int, int] | None = None  # (physical line, count) of the latest tqdm bar
+        self._template: _Template | None = None
+        self._bulk_template: _Template | None = None  # of the pending matches (a record may change it)
+        self._bulk = BulkTrack()
+        # out.last_step is not this parser's step: after a resume line, or an evaluation dict that
+        # took a bar's count. Until the next training dict nothing is synced or read in bulk.
+        self._desync = False
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        self._bulk.seen(line)
+        if self._bulk.locked and not self._desync and out.last_step is not None:
+            self._step = out.last_step  # bulk dicts before this line are only known by the stream's step
+        took = self._parse(text, line, ts, out)
+        self._bulk.count(self.name, out)
+        if self._bulk.locked:
+            self._sync(out.last_step != self._step)
+        return took
+
+    def _sync(self, desync: bool) -> None:
+        """Note whether `out.last_step` is this parser's step; once it is again, bulk may resume."""
+        if self._desync and not desync:
+            self._bulk.changed()
+        self._desync = desync
+
+    def _parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         start = -1
         if "{" in text:
             start = text.find("{'")
@@ -108,11 +176,13 @@ class HfTrainerParser(Parser):
         if bar_step is not None:
             step = bar_step
         elif is_eval:
-            step = self._step if self._step is not None else 0
+            step = self._step
         else:
-            step = (self._step or 0) + 1
+            step = self._step + 1
         if not is_eval:
             self._step = step
+            self._learn(pairs, text[: end + 1])
+            self._bulk.passed()
         nonfinite = [k for k, v in metrics.items() if is_nonfinite(v)]
         out.record(self.name, step, line, ts, metrics, nonfinite)
         if "val_loss" in metrics:
@@ -123,9 +193,70 @@ class HfTrainerParser(Parser):
         m = _CONTINUING.search(text)
         if m:
             step = int(m.group(1))
-            if self._step is not None and self._step > step:
+            if self._step > step:
                 self._step = step  # the dicts logged after step N are replayed: count on from N
             out.event(EventKind.CHECKPOINT_LOAD, line, step, ts, iteration=step)
             return True
         # `Continuing training from checkpoint, will skip to saved global_step` / `from epoch N`
         return "Continuing training from checkpoint" in text or "Continuing training from epoch" in text
+
+    def _learn(self, pairs: list[tuple[str, str]], text: str) -> None:
+        """A training dict of another shape than the template's makes a new template (if it can)."""
+        if self._template is not None and tuple(k for k, _ in pairs) == self._template.keys:
+            return
+        template = _compile_template(pairs, text)
+        if template is not None:
+            self._template = template
+            self._bulk.changed()
+
+    def can_bulk(self) -> bool:
+        return self._bulk.locked and self._template is not None and not self._desync
+
+    def bulk_shape(self) -> object | None:
+        return self._bulk.shape if self.can_bulk() else None
+
+    def bulk_matches(self, text: str) -> list[re.Match[str]]:
+        """Dicts of the template's shape whose bar count is the next step, up to the first line
+        that could change the count (the bulk path; see LogStream and the module docstring)."""
+        template = self._bulk_template = self._template
+        first = template.block.search(text) if template is not None and self.can_bulk() else None
+        if template is None or first is None or int(first.group(1)) != self._step + 1:
+            # none here, or bars that do not count the logged dicts (logging_steps > 1): no
+            # search of the whole block; a dict read one by one may set the count right
+            self._bulk.handed(0, retry=first is not None)
+            return []
+        found = list(template.block.finditer(text, first.start()))
+        cut = self._cut(text, found)
+        counts = np.fromiter((int(m.group(1)) for m in found[:cut]), dtype=np.int64, count=cut)
+        wrong = np.flatnonzero(counts != self._step + 1 + np.arange(cut))
+        matches = found[: wrong[0] if len(wrong) else cut]
+        self._bulk.handed(len(matches), retry=len(matches) < len(found))
+        return matches
+
+    def _cut(self, text: str, found: list[re.Match[str]]) -> int:
+        """How many of the dicts `found` come before the first line that must be read one by one
+        and may change the count: another dict (not an evaluation alone on its line), a resume."""
+        resume = text.find("Continuing training from")
+        cut = len(found)
+        if resume >= 0:
+            cut = sum(1 for m in found if m.start() < resume)
+        for start, end, before in lines_outside(text, "{", found[:cut], usual=_EVAL):
+            if not _safe_eval(text, start, end):
+                return before
+        return cut
+
+    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
+        """Bulk dicts as one columnar chunk; each one's step is its bar's count (checked to be the
+        next step when it was matched)."""
+        template = self._bulk_template
+        assert template is not None
+        joined = " ".join(chain.from_iterable(m.groups() for m in matches)).replace("None", "nan")
+        table = number_table(joined, len(matches))
+        steps = table[:, 0].astype(np.int64)
+        metrics = {name: table[:, 1 + j] for j, name in enumerate(template.names)}
+        n = len(matches)
+        nonfinite = np.full(n, "", dtype=object)  # no nan or inf in a bulk dict
+        out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), np.full(n, np.nan), metrics, nonfinite)
+        if self._bulk.newest(linenos):
+            self._step = int(steps[-1])
+        self._bulk.count(self.name, out)

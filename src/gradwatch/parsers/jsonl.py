@@ -18,18 +18,31 @@ log has no clock, and a hang between two records could not be seen.
 
 The alias table is `JsonlParser.aliases` (`DEFAULT_ALIASES`); `JsonlParser(aliases=...)` adds or
 overrides entries (the YAML config uses it). Targets must be `step` or a canonical metric name.
+
+Bulk path: a run writes the same keys in the same order on every line, so the first record of a
+flat shape (number or null values, a step key) becomes a template, and once the file is locked to
+this parser, lines of exactly that shape with plain numbers are read in bulk: one regex pass and
+one numeric conversion per block. NaN, strings, nested objects, other keys or spacing, a
+`val_loss` (an event) go line by line. Such records carry their step, so they do not depend on
+earlier lines; a step-less record read one by one takes `out.last_step`, the step of the latest
+record before it, which in a locked file is this parser's.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from dataclasses import dataclass
+from itertools import chain
 from typing import Any
+
+import numpy as np
 
 from gradwatch.errors import ConfigError
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number, timestamp
-from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers.base import BulkTrack, ParseOutput, Parser, number_table
 from gradwatch.records import METRICS, is_metric
 
 DEFAULT_ALIASES: dict[str, str] = {
@@ -62,6 +75,12 @@ TIME_KEYS = frozenset(("ts", "timestamp", "_timestamp"))
 _MAX_DEPTH = 3
 _MAX_STEP = 10**18  # a larger (or negative) step is garbage and would not fit int64
 
+# Bulk-path values: a JSON number that float() and numpy read alike and that stays finite (no
+# bare `-0`, which json reads as the int 0), a step exact in float64, keys that need no escaping.
+_NUMBER = r"(?:-?[1-9]\d{0,16}|0|-0(?=[.eE]))(?:\.\d+)?(?:[eE][+-]?\d{1,2})?"
+_STEP_VALUE = r"(0|[1-9]\d{0,14})"
+_PLAIN_KEY = re.compile(r"[\w./:-]+\Z", re.ASCII)
+
 
 def _flatten(obj: dict[str, Any], prefix: str, into: dict[str, Any], depth: int) -> None:
     for key, value in obj.items():
@@ -85,6 +104,12 @@ def _epoch(value: Any) -> float | None:
     return v if 1e8 <= v < 1e11 else None
 
 
+def _epochs(values: np.ndarray) -> np.ndarray:
+    """`_epoch` of a column of numbers (NaN for a null or an implausible time)."""
+    seconds = np.where((values >= 1e12) & (values < 1e14), values / 1000.0, values)
+    return np.where((seconds >= 1e8) & (seconds < 1e11), seconds, np.nan)
+
+
 def _value(value: Any) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
@@ -99,6 +124,63 @@ def _value(value: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+@dataclass(frozen=True)
+class _Template:
+    """One record shape: its keys in order, a regex for whole lines of it, where each value goes."""
+
+    keys: tuple[str, ...]
+    #: whole record lines; group 1 is the step, then one group per entry of `targets`
+    block: re.Pattern[str]
+    #: a metric name, or "ts" for the time key
+    targets: tuple[str, ...]
+
+
+def _value_pattern(target: str | None, anchor: bool) -> str:
+    """The regex of one key's value: a group for a metric or the time, none for other keys.
+
+    `val_loss` must be null (a logged one is an event); the anchor metric must be a number, so that
+    every bulk line is a record (one whose metrics are all null is not)."""
+    if target == "val_loss":
+        return "null"
+    if target is None:
+        return f"(?:{_NUMBER}|null)"
+    return f"({_NUMBER})" if anchor else f"({_NUMBER}|null)"
+
+
+def _compile_template(obj: dict[str, Any], targets: dict[str, str | None]) -> _Template | None:
+    """A template for records of the shape of `obj`, whose keys map to `targets`, if it has one.
+
+    Only flat records of numbers and nulls with a step key qualify, where each metric and the time
+    have one key each (several keys for one target would need the per-line order rules). The first
+    step key is the step; another one is read as an ignored key, as the per-line path does.
+    """
+    keys = tuple(obj)
+    step_key = next((k for k in keys if targets[k] == "step"), None)
+    named = [t for t in targets.values() if t is not None and t != "step"]
+    anchor = next((k for k in keys if targets[k] not in (None, "step", "ts", "val_loss") and obj[k] is not None), None)
+    if (
+        step_key is None
+        or anchor is None
+        or len(named) != len(set(named))
+        or not all(_PLAIN_KEY.match(k) for k in keys)
+        or not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in obj.values())
+    ):
+        return None
+    pieces = []
+    for key in keys:
+        target = targets[key]
+        if key == step_key:
+            value = _STEP_VALUE.replace("(", "(?:", 1)  # captured by the lookahead below
+        else:
+            value = _value_pattern(None if target == "step" else target, key == anchor)
+        pieces.append(f'"{re.escape(key)}": ?{value}')
+    before_step = "".join(piece + ", ?" for piece in pieces[: keys.index(step_key)])
+    step = rf'\{{{before_step}"{re.escape(step_key)}": ?{_STEP_VALUE}'
+    block = re.compile(rf"^(?={step})\{{{', ?'.join(pieces)}\}}[ \t\r]*$", re.M | re.ASCII)  # json: ASCII digits
+    captured = tuple(t for t in targets.values() if t is not None and t not in ("step", "val_loss"))
+    return _Template(keys, block, captured)
 
 
 class JsonlParser(Parser):
@@ -121,8 +203,19 @@ class JsonlParser(Parser):
         self.aliases = merged
         self._lower = {k.lower(): v for k, v in merged.items()}
         self._step: int | None = None
+        self._template: _Template | None = None
+        self._bulk_template: _Template | None = None  # of the pending matches (a record may change it)
+        self._bulk = BulkTrack()
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        self._bulk.seen(line)
+        if self._bulk.locked:  # bulk records before this line are only known by the stream's step
+            self._step = out.last_step
+        took = self._parse(text, line, ts, out)
+        self._bulk.count(self.name, out)
+        return took
+
+    def _parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if '{"' not in text:
             return False
         body = text.strip()
@@ -139,7 +232,7 @@ class JsonlParser(Parser):
         step: int | None = None
         metrics: dict[str, float] = {}
         for key, raw in flat.items():
-            target = self.aliases.get(key) or self._lower.get(key.lower())
+            target = self._target(key)
             if target is None:
                 if ts is None and key in TIME_KEYS:
                     ts = _epoch(raw)
@@ -161,4 +254,47 @@ class JsonlParser(Parser):
         out.record(self.name, step, line, ts, metrics, nonfinite)
         if "val_loss" in metrics:
             out.event(EventKind.VALIDATION, line, step, ts, val_loss=metrics["val_loss"])
+        else:
+            self._learn(obj)
         return True
+
+    def _target(self, key: str) -> str | None:
+        """What a key names: `step` or a metric (by the alias table), else None."""
+        return self.aliases.get(key) or self._lower.get(key.lower())
+
+    def _learn(self, obj: dict[str, Any]) -> None:
+        """A record of another shape than the template's makes a new template (if it can have one)."""
+        if self._template is not None and tuple(obj) == self._template.keys:
+            return
+        targets = {k: self._target(k) or ("ts" if k in TIME_KEYS else None) for k in obj}
+        template = _compile_template(obj, targets)
+        if template is not None:
+            self._template = template
+            self._bulk.changed()
+
+    def can_bulk(self) -> bool:
+        return self._bulk.locked and self._template is not None
+
+    def bulk_shape(self) -> object | None:
+        return self._bulk.shape if self.can_bulk() else None
+
+    def bulk_matches(self, text: str) -> list[re.Match[str]]:
+        """Record lines of `text` of the template's shape (the bulk path; see LogStream)."""
+        template = self._bulk_template = self._template
+        matches = list(template.block.finditer(text)) if template is not None and self.can_bulk() else []
+        self._bulk.handed(len(matches), retry=False)
+        return matches
+
+    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
+        """Bulk matches as one columnar chunk: every value converted in one numpy call."""
+        template = self._bulk_template
+        assert template is not None
+        joined = " ".join(chain.from_iterable(m.groups() for m in matches)).replace("null", "nan")
+        table = number_table(joined, len(matches))
+        n = len(matches)
+        metrics = {t: table[:, 1 + j] for j, t in enumerate(template.targets) if t != "ts"}
+        ts = _epochs(table[:, 1 + template.targets.index("ts")]) if "ts" in template.targets else np.full(n, np.nan)
+        steps = table[:, 0].astype(np.int64)
+        nonfinite = np.full(n, "", dtype=object)  # no NaN or infinity in a bulk line
+        out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), ts, metrics, nonfinite)
+        self._bulk.count(self.name, out)

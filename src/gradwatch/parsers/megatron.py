@@ -26,7 +26,7 @@ import numpy as np
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import clean, norm_key, number, timestamp
-from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers.base import MAX_STEP, ParseOutput, Parser
 
 # normalised field name -> (canonical metric, scale factor)
 _FIELDS: dict[str, tuple[str, float]] = {
@@ -252,7 +252,7 @@ class MegatronParser(Parser):
 
     def _remember(self, line: int, step: int) -> None:
         recent = self._recent
-        bisect.insort(recent, (line, step))
+        bisect.insort(recent, (line, step if 0 <= step <= MAX_STEP else -1))  # garbage is no step
         if len(recent) > _RECENT_RECORDS:
             del recent[0]
 

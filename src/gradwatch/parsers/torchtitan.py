@@ -14,15 +14,29 @@ ANSI colours and `[rankN]:` prefixes are removed by `clean()`. The same step pri
 ranks one after the other becomes one record. `mfu` is kept in percent as printed; `N/A` is not
 logged. The memory field (max reserved) has no canonical metric and is not read; validation
 records carry only `val_loss`. In a line cut before its `mfu` field the last value is not read.
+
+Bulk path: once the file is locked to this parser, metrics lines of the usual form (the `[titan]`
+tag, an optional `[rankN]:` prefix, torchtitan's own colours, plain numbers) are read in bulk,
+one regex pass and one numeric conversion per block, copies from other ranks dropped there too.
+Lines read one by one in between learn of the bulk records before them from `out.last_step` (the
+stream sets it from the latest match): its step is looked up among the block's matches, which
+gives this parser's last step and the time the stream's `last_ts` would have had. For that the
+steps of the matches must be distinct and rising, so the matches stop at the first line that
+could break it: another metrics line, a mismatched validation, a checkpoint load.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any
+
+import numpy as np
 
 from gradwatch.events import EventKind
-from gradwatch.parsers._text import is_nonfinite, number, timestamp
-from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers._text import clean, is_nonfinite, number, timestamp, timestamps
+from gradwatch.parsers.base import BulkTrack, ParseOutput, Parser, lines_outside, number_table
 
 _STEP = re.compile(r"(?:\b(validate)\s+)?\bstep:\s*(\d{1,18})\s+loss:\s*(\S+)")
 _FIELDS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -34,6 +48,38 @@ _FIELDS: tuple[tuple[str, re.Pattern[str]], ...] = (
 _LOAD_AT = re.compile(r"Loading the checkpoint at step (\d{1,18})\b")
 _LOAD_FROM = re.compile(r"Loading the checkpoint from (.+?)\.?\s*$")
 _STARTS = re.compile(r"Training starts at step (\d{1,18})\b")
+
+# Bulk path: a metrics line as torchtitan prints it, group 1 the step (looked ahead to: it comes
+# after the time), then the seven numbers of the time, then the metrics' values.
+_C = r"(?:\x1b\[[\d;]*m)?"  # torchtitan's colour code before a field
+_NUMBER = r"-?\d{1,17}(?:\.\d+)?(?:[eE][+-]?\d{1,2})?"
+_GROUPED = r"\d[\d,]{0,20}(?:\.\d+)?"  # 7,322
+_HEAD = r"(?:\[(?:rank|default)\d{1,5}\]:)?\[titan\] "
+_TIME = r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3})"
+_INFO = r" - [\w.]+ - INFO - " + _C + "step: +"
+_BULK_LINE = re.compile(
+    rf"^(?={_HEAD}{_TIME.replace('(', '(?:')}{_INFO}(\d{{1,15}}) ){_HEAD}{_TIME}{_INFO}\d+ +"
+    rf"{_C}loss: +({_NUMBER}) +(?:{_C}grad_norm: +({_NUMBER}) +)?{_C}memory: +[\d.]+\w*\([\d.]+%\) +"
+    rf"{_C}tps: +({_GROUPED}) +{_C}tflops: +({_GROUPED}) +{_C}mfu: +(?:(\d+(?:\.\d+)?)%|N/A){_C}[ \t\r]*$",
+    re.M | re.ASCII,
+)
+#: metrics after the time in `_BULK_LINE`'s groups
+_BULK_METRICS = ("loss", "grad_norm", "tps", "tflops", "mfu")
+_LOADS = ("Loading the checkpoint", "Training starts")
+
+
+@dataclass
+class _Round:
+    """The bulk matches handed out for the block being read, for the lines read one by one in it."""
+
+    matches: list[re.Match[str]] = field(default_factory=list)
+    #: where the non-copies are in `matches`, and their steps (rising)
+    fresh: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: positions of the matches that repeat the step before them
+    copies: set[int] = field(default_factory=set)
+    #: the step of the latest match a per-line call took into account
+    applied: int = -1
 
 
 class TorchtitanParser(Parser):
@@ -47,8 +93,37 @@ class TorchtitanParser(Parser):
         self._last_load: int | None = None
         self._loading: str | None = None
         self._last_save: int | None = None
+        self._bulk = BulkTrack()
+        self._seen: int | None = None  # out.last_step after the latest per-line call or bulk chunk
+        self._round = _Round()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Without the block's matches: `scan` and `check --jobs` pickle parsers between blocks."""
+        state = self.__dict__.copy()
+        state["_round"] = _Round()
+        return state
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        self._bulk.seen(line)
+        self._catch_up(out)
+        took = self._parse(text, line, ts, out)
+        self._seen = out.last_step
+        self._bulk.count(self.name, out)
+        return took
+
+    def _catch_up(self, out: ParseOutput) -> None:
+        """Take the latest bulk record before this line into account, as reading it would have:
+        its step is the last step, its time the latest time (`out.last_step` names it)."""
+        step, done = out.last_step, self._round
+        if step is None or step <= done.applied:
+            return
+        k = int(np.searchsorted(done.steps, step))
+        if k == len(done.steps) or done.steps[k] != step:
+            return
+        done.applied = self._last_step = step
+        self._ts(clean(done.matches[done.fresh[k]].group()), None, out)  # sets out.last_ts
+
+    def _parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if "step:" in text and "loss:" in text:
             return self._metrics(text, line, ts, out)
         if "checkpoint" in text or "Training starts" in text:
@@ -95,6 +170,7 @@ class TorchtitanParser(Parser):
             out.event(EventKind.VALIDATION, line, step, ts, val_loss=metrics["val_loss"])
         else:
             self._last_step = step
+            self._bulk.passed()
         return True
 
     def _checkpoint(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
@@ -131,3 +207,60 @@ class TorchtitanParser(Parser):
         if path is not None:
             data["path"] = path
         out.event(EventKind.CHECKPOINT_LOAD, line, step, ts, **data)
+
+    def can_bulk(self) -> bool:
+        return self._bulk.locked
+
+    def bulk_shape(self) -> object | None:
+        return self._bulk.shape if self.can_bulk() else None
+
+    def bulk_matches(self, text: str) -> list[re.Match[str]]:
+        """Metrics lines of the usual form, up to the first line that must be read one by one and
+        could change the last step, and while the new steps rise (the bulk path; see LogStream)."""
+        found = list(_BULK_LINE.finditer(text)) if self.can_bulk() else []
+        cut = self._cut(text, found)
+        steps = np.fromiter((int(m.group(1)) for m in found[:cut]), dtype=np.int64, count=cut)
+        previous = np.concatenate([[-1 if self._last_step is None else self._last_step], steps[:-1]])
+        fresh = np.flatnonzero(steps != previous)
+        floor = max((s for s in (self._seen, self._last_step) if s is not None), default=-1)
+        rising = steps[fresh] > np.concatenate([[floor], steps[fresh][:-1]])
+        stop = cut if rising.all() else int(fresh[np.argmin(rising)])
+        fresh = fresh[fresh < stop]
+        copies = {found[k].start() for k in np.flatnonzero(steps[:stop] == previous[:stop]).tolist()}
+        self._round = _Round(found[:stop], fresh, steps[fresh], copies, floor)
+        self._bulk.handed(stop, retry=stop < len(found))
+        return self._round.matches
+
+    def _cut(self, text: str, found: list[re.Match[str]]) -> int:
+        """How many of the lines `found` come before the first line that must be read one by one
+        and could change the last step: a load, another metrics line, or a validation line of
+        another step than the training line before it."""
+        loads = [i for i in (text.find(w) for w in _LOADS) if i >= 0]
+        cut = sum(1 for m in found if m.start() < min(loads)) if loads else len(found)
+        for start, end, before in lines_outside(text, "step:", found[:cut], usual="validate step:"):
+            m = _STEP.search(clean(text[start:end]))
+            previous = int(found[before - 1].group(1)) if before else self._last_step
+            if m is None or m.group(1) is None or int(m.group(2)) != previous:
+                return before
+        return cut
+
+    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
+        """Bulk lines as one columnar chunk, copies from other ranks dropped: every number, the
+        times' too, converted in one numpy call."""
+        joined = " ".join(chain.from_iterable(m.groups("nan") for m in matches))  # nan: not logged
+        table = number_table(joined.replace(",", ""), len(matches))
+        steps = table[:, 0].astype(np.int64)
+        ts = timestamps(table[:, 1:8])
+        copies = self._round.copies
+        fresh = np.array([m.start() not in copies for m in matches]) if copies else np.ones(len(matches), dtype=bool)
+        metrics = {name: table[fresh, 8 + j] for j, name in enumerate(_BULK_METRICS)}
+        lines = np.array(linenos, dtype=np.int64)[fresh]
+        if len(lines):
+            nonfinite = np.full(len(lines), "", dtype=object)  # no nan or inf in a bulk line
+            out.record_columns(self.name, steps[fresh], lines, ts[fresh], metrics, nonfinite)
+        self._bulk.count(self.name, out)
+        if self._bulk.newest(linenos):
+            self._last_step = self._seen = int(steps[-1])
+            timed = np.flatnonzero(fresh & ~np.isnan(ts))
+            if len(timed) and linenos[timed[-1]] > self._bulk.line:
+                out.last_ts = float(ts[timed[-1]])
