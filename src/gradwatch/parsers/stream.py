@@ -9,7 +9,7 @@ offered to the parsers: first to one that has a multi-line record open, then to 
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -302,12 +302,13 @@ class LogStream:
         the log's "now" is its last timestamped line, whatever kind of line that is.
         """
         out = self.out
+        dated = _dated_lines(text)
         if out.step_ts_pending and self._pending_from is not None:
-            ts = _first_time(text, self._pending_from)
+            ts = _first_time(text, dated, self._pending_from)
             if ts is not None:
                 out.last_step_ts, out.step_ts_pending = ts, False
         self._pending_from = 0 if out.step_ts_pending else None
-        last = _last_time(text)
+        last = _last_time(text, dated)
         if last is not None:
             out.last_ts = last
 
@@ -381,30 +382,44 @@ def _scan_regex(parsers: list[Parser]) -> re.Pattern[str] | None:
 
 # A line that starts with a date and time, after an optional launcher prefix.
 _TS_LINE = re.compile(r"^(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+)?\[?\d{4}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M)
-_TAIL_WINDOW = 1 << 16
 
 
-def _first_time(text: str, pos: int) -> float | None:
-    m = _TS_LINE.search(text, pos)
-    if m is None:
-        return None
-    end = text.find("\n", m.start())
-    return timestamp(clean(text[m.start() : end]))
+def _dated_lines(text: str) -> list[int]:
+    """Starts of the lines of `text` (which ends with a newline) that may begin with a date.
+
+    Such a line begins with a digit or `[` (a date, or a launcher prefix before one): one
+    vectorised pass finds them, so that a block without dates (JSON lines) costs no regex scan.
+    """
+    if not text.isascii():  # positions must be characters: the regex finds them
+        return [m.start() for m in _TS_LINE.finditer(text)]
+    codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    starts = np.concatenate([[0], np.flatnonzero(codes[:-1] == 10) + 1])
+    first = codes[starts]
+    maybe = (first == ord("[")) | ((first >= ord("0")) & (first <= ord("9")))
+    return starts[maybe].tolist()
 
 
-def _last_time(text: str) -> float | None:
-    """The time of the last timestamped line of `text` (searched from the end, window by window)."""
-    end = len(text)
-    while end > 0:
-        start = max(0, end - _TAIL_WINDOW)
-        nl = text.rfind("\n", 0, start) + 1 if start else 0
-        last = None
-        for m in _TS_LINE.finditer(text, nl, end):
-            last = m
-        if last is not None:
-            line_end = text.find("\n", last.start())
-            ts = timestamp(clean(text[last.start() : line_end if line_end >= 0 else None]))
-            if ts is not None:
-                return ts
-        end = nl - 1 if nl else 0
+def _line_time(text: str, start: int) -> tuple[bool, float | None]:
+    """(whether the line at `start` begins with a date and time, its time)."""
+    if not _TS_LINE.match(text, start):
+        return False, None
+    end = text.find("\n", start)
+    return True, timestamp(clean(text[start : end if end >= 0 else None]))
+
+
+def _first_time(text: str, dated: list[int], pos: int) -> float | None:
+    """The time of the first line from `pos` on that begins with a date (None: none does)."""
+    for start in dated[bisect_left(dated, pos) :]:
+        found, ts = _line_time(text, start)
+        if found:
+            return ts
+    return None
+
+
+def _last_time(text: str, dated: list[int]) -> float | None:
+    """The time of the last line of `text` that begins with a readable date and time."""
+    for start in reversed(dated):
+        ts = _line_time(text, start)[1]
+        if ts is not None:
+            return ts
     return None
