@@ -72,6 +72,7 @@ SPECS = [
     RunSpec(fmt="megatron-lm", steps=3000, seed=5, anomalies=(Anomaly("nonfinite", 2500),)),
     RunSpec(fmt="olmo", steps=3000, seed=6, z_loss=True, anomalies=(Anomaly("logit_norm_drift", 1800),)),
     RunSpec(fmt="composer", steps=3000, seed=7, anomalies=(Anomaly("loss_spike", 2000),)),
+    RunSpec(fmt="torchtitan", steps=3000, seed=8, anomalies=(Anomaly("throughput_drop", 2000),)),
 ]
 
 

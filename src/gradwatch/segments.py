@@ -166,8 +166,9 @@ def _next_line_start(fh: BinaryIO) -> int | None:
 
 def read_segment(task: _Task) -> _Segment:
     """Parse one segment in a worker: warm-up, the segment, then the end of an open record."""
+    # Line numbers go on from the head's, as if the lines between were empty: parsers that key
+    # state by line (Megatron's rank dedupe) see the head's lines as earlier, which they are.
     stream: LogStream = pickle.loads(task.template)
-    stream.lines = 0
     try:
         with open(task.path, "rb") as fh:
             stream.feed(_warmup(fh, task.start, task.warmup))
@@ -216,7 +217,7 @@ def _finish_open_record(stream: LogStream, fh: BinaryIO) -> None:
 
 
 def _within(batch: Batch, skip: int, lines: int) -> Batch:
-    """The part of `batch` whose lines are in (skip, skip + lines], renumbered from 1."""
+    """The part of `batch` whose lines are in (skip, skip + lines], renumbered from 1 (the segment's first line)."""
     rec = batch.records
     line = rec["line"].to_numpy()
     keep = (line > skip) & (line <= skip + lines)

@@ -84,6 +84,7 @@ class _Round:
 
 class TorchtitanParser(Parser):
     name = "torchtitan"
+    segment_safe = True
     scan = r"step:|checkpoint|Training starts"
     description = "torchtitan `step: N  loss: X  grad_norm: ...  tps: ...  mfu: ...%` lines"
 
