@@ -8,6 +8,7 @@ all end up cut between two workers somewhere. Workers are real processes (forkse
 from __future__ import annotations
 
 import gzip
+import json
 import math
 from pathlib import Path
 
@@ -19,8 +20,8 @@ from gradwatch.alerts import Alert
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileSummary, check_path
 from gradwatch.sources import archive
-from gradwatch.synth import Anomaly, RunSpec, generate
-from tests.conftest import real_samples
+from gradwatch.synth import Anomaly, RunSpec, generate, write_sized
+from tests.conftest import real_samples, run_cli
 
 SETTINGS = config.load()
 
@@ -142,3 +143,16 @@ def test_only_large_plain_files_with_jobs_are_split(tmp_path: Path, monkeypatch:
 
 def test_default_jobs_is_bounded() -> None:
     assert 1 <= segments.default_jobs() <= 8
+
+
+def test_cli_jobs_on_a_large_log_reports_what_one_process_reports(tmp_path: Path) -> None:
+    """The real command, large enough to be split: `python -m gradwatch` must start its workers."""
+    log = tmp_path / "main_log.txt"
+    spec = RunSpec(fmt="megatron-deepspeed", seed=12, anomalies=(Anomaly("grad_norm_spike", 60_000),))
+    write_sized(log, spec, segments.MIN_PARALLEL_BYTES + (4 << 20))
+    one = run_cli("check", "--output", "json", "--jobs", "1", str(log), timeout=600)
+    two = run_cli("check", "--output", "json", "-j", "2", str(log), timeout=600)
+    assert "Traceback" not in two.stderr, two.stderr
+    assert two.returncode == one.returncode == 1
+    assert json.loads(two.stdout) == json.loads(one.stdout)
+    assert any(a["detector"] == "grad_norm_spike" for a in json.loads(two.stdout)["alerts"])

@@ -40,7 +40,17 @@ class Envelope:
 
 
 class MinMaxBuckets:
-    """The minimum and maximum of y per bucket of x, never more than `capacity` buckets."""
+    """The minimum and maximum of y per bucket of x, never more than `capacity` buckets.
+
+    Small additions are queued and merged a few hundred records at a time (or when read): a merge
+    costs a dozen numpy calls whatever its size, and a live tail adds one record per metric many
+    times a second. Queueing changes nothing, since the buckets do not depend on the batching.
+    """
+
+    #: points added but not merged yet, and how many; class defaults, so that buckets pickled in a
+    #: scan state before the queue existed still load
+    _queued: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
+    _queued_points = 0
 
     def __init__(self, capacity: int) -> None:
         if capacity < 2:
@@ -55,17 +65,33 @@ class MinMaxBuckets:
         self._hi = np.empty(0)
 
     def __len__(self) -> int:
+        self._merge_queued()
         return len(self._key)
 
     def add(self, x: np.ndarray, y: np.ndarray) -> None:
         """Add points; a non-finite y (NaN: not logged; inf: cannot be drawn) or a negative x (no step) is skipped."""
+        if len(y) == 0:
+            return
+        # copies: the caller's arrays may change before the queue is merged
+        self._queued += ((np.array(x, dtype=np.float64), np.array(y, dtype=np.float64)),)
+        self._queued_points += len(y)
+        if len(self._queued) >= _QUEUE_ADDS or self._queued_points >= _QUEUE_POINTS:
+            self._merge_queued()
+
+    def _merge_queued(self) -> None:
+        """Fold the queued points into the buckets."""
+        if not self._queued:
+            return
+        queued, self._queued, self._queued_points = self._queued, (), 0
+        if len(queued) == 1:
+            x, y = queued[0]
+        else:
+            x, y = np.concatenate([q[0] for q in queued]), np.concatenate([q[1] for q in queued])
         ok = np.isfinite(y) & (x >= 0)
         if not ok.all():
             x, y = x[ok], y[ok]
         if len(y) == 0:
             return
-        x = x.astype(np.float64, copy=False)
-        y = y.astype(np.float64, copy=False)
         self._x_span = (min(self._x_span[0], float(x.min())), max(self._x_span[1], float(x.max())))
         keys = np.floor(x / self.width).astype(np.int64)
         self._key, self._lo_x, self._lo, self._hi_x, self._hi = _reduce(
@@ -85,10 +111,12 @@ class MinMaxBuckets:
 
     def x_range(self) -> tuple[float, float] | None:
         """The smallest and largest x seen (None before the first point)."""
+        self._merge_queued()
         return self._x_span if len(self._key) else None
 
     def envelope(self, bins: int, x_range: tuple[float, float] | None = None) -> Envelope:
         """At most `bins` equal-width bins over `x_range` (default: the data's), empty bins left out."""
+        self._merge_queued()
         span = x_range or self.x_range()
         if span is None or not len(self._key):
             return Envelope(np.empty(0, dtype=np.int64), np.empty(0), np.empty(0), np.empty(0), np.empty(0))
@@ -98,6 +126,10 @@ class MinMaxBuckets:
         keys = np.clip(np.floor((centre - x0) * scale), 0, bins - 1).astype(np.int64)
         return Envelope(*_reduce(keys, self._lo_x, self._lo, self._hi_x, self._hi))
 
+
+#: Queued additions, and queued points, that make `MinMaxBuckets` merge its queue.
+_QUEUE_ADDS = 256
+_QUEUE_POINTS = 4096
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 

@@ -18,6 +18,7 @@ from gradwatch import segments
 from gradwatch.alerts import Alert
 from gradwatch.config import Settings
 from gradwatch.detectors import DETECTORS, Detector
+from gradwatch.detectors.base import ColumnBatch
 from gradwatch.downsample import MinMaxBuckets
 from gradwatch.errors import InputError
 from gradwatch.evidence import Evidence
@@ -134,6 +135,8 @@ class FileCheck:
         return alerts
 
     def _run(self, batch: Batch) -> list[Alert]:
+        # every reader shares one set of numpy columns; a batch of our stream has them already
+        batch = ColumnBatch.of(batch, self.stream.out.records.taken)
         self._summarise(batch)
         if self.evidence is not None:
             self.evidence.batch(batch)
@@ -144,26 +147,29 @@ class FileCheck:
             alerts += det.update(batch)
         return alerts
 
-    def _summarise(self, batch: Batch) -> None:
-        rec = batch.records
-        if len(rec) == 0:
+    def _summarise(self, batch: ColumnBatch) -> None:
+        cols = batch.columns
+        if len(cols) == 0:
             return
         s = self.summary
-        s.records += len(rec)
-        s.spike_score.update(rec)
-        all_steps = rec["step"].to_numpy()
+        s.records += len(cols)
+        s.spike_score.update(cols)
+        all_steps = cols["step"]
         steps = all_steps[all_steps >= 0]
         if len(steps):
             if s.first_step is None:
                 s.first_step = int(steps[0])
             s.last_step = int(steps[-1])
         for name in METRICS:
-            col = rec[name].to_numpy()
+            col = cols[name]
             mask = ~np.isnan(col)
             logged = col[mask]
             if len(logged):
                 s.last_values[name] = float(logged[-1])
-                s.shapes.setdefault(name, MinMaxBuckets(SHAPE_BUCKETS)).add(all_steps[mask], logged)
+                shape = s.shapes.get(name)
+                if shape is None:
+                    shape = s.shapes[name] = MinMaxBuckets(SHAPE_BUCKETS)
+                shape.add(all_steps[mask], logged)
 
 
 def check_path(
@@ -208,16 +214,16 @@ def check_path(
 def _read_split(check: FileCheck, path: Path, chunks: Iterator[bytes], jobs: int) -> list[Alert]:
     """A large file: its first chunk here, then the rest by worker processes when the format
     allows it (`gradwatch.segments`), else on here exactly as `check_path` would."""
-    head = next(chunks, b"")
-    cut = head.rfind(b"\n") + 1
-    alerts = check.feed(head[:cut])
-    if cut and segments.stream_ready(check.stream):
-        with segments.SegmentReader(path, jobs) as reader:
+    with segments.SegmentReader(path, jobs) as reader:  # the workers start while the head is read
+        head = next(chunks, b"")
+        cut = head.rfind(b"\n") + 1
+        alerts = check.feed(head[:cut])
+        if cut and segments.stream_ready(check.stream):
             for batch, final in reader.batches(check.stream, cut):
                 alerts += check.feed_batch(batch)
                 if final is not None:
                     check.stream = final
-        return alerts
+            return alerts
     alerts += check.feed(head[cut:])
     for chunk in chunks:
         alerts += check.feed(chunk)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,14 +62,28 @@ class RecordBuilder:
     """Collects records column by column: cheap to append to, turned into a DataFrame per batch.
 
     A metric column is created when a record first logs it and padded with NaN for the records
-    that did not log it, so a batch costs one list append per logged value.
+    that did not log it, so a batch costs one list append per logged value. Bulk chunks stay numpy
+    columns; chunks are joined, ordered and filtered as numpy arrays and the DataFrame is built
+    once, in `take`: a live tail takes a batch of one record many times a second, and every pandas
+    step on a frame costs more than the record itself.
     """
+
+    #: the columns of the frame `take` returned last, as they were built: `FileCheck` hands them to
+    #: the batch's readers instead of taking them out of the frame again (not pickled)
+    taken: Columns | None = None
 
     def __init__(self) -> None:
         self._reset()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a scan's state, a segment worker's stream) without `taken`: only the batch just
+        taken needs it."""
+        state = self.__dict__.copy()
+        state.pop("taken", None)
+        return state
+
     def _reset(self) -> None:
-        self._chunks: list[pd.DataFrame] = []
+        self._chunks: list[_Chunk] = []
         self._n = 0
         self._cols: dict[str, list[float]] = {}
         self._step: list[int] = []
@@ -111,70 +126,159 @@ class RecordBuilder:
         nonfinite: np.ndarray,
         source: str,
     ) -> None:
-        """Many records at once, as columns (the parsers' bulk path)."""
-        n = len(steps)
-        data: dict[str, Any] = {"step": steps}
-        for name in METRICS:
-            col = metrics.get(name)
-            data[name] = np.full(n, np.nan) if col is None else col
+        """Many records at once, as columns (the parsers' bulk path); canonical metrics only."""
+        data = {"step": steps, **{name: metrics[name] for name in METRICS if name in metrics}}
         data["ts"], data["line"], data["nonfinite"] = ts, lines, nonfinite
-        frame = pd.DataFrame(data, columns=list(COLUMNS))
-        frame["source"] = source
         if self._n:
-            self._chunks.append(self._rows_frame())
-        self._chunks.append(frame)
+            self._chunks.append(self._rows_chunk())
+        self._chunks.append(_Chunk(data, len(steps), source))
 
     def __len__(self) -> int:
-        return self._n + sum(len(c) for c in self._chunks)
+        return self._n + sum(c.rows for c in self._chunks)
 
     def take(self, drop_sources: frozenset[str] = frozenset()) -> pd.DataFrame:
         """Return the collected rows as a batch, in line order, and start a new one.
 
         Rows written by a parser in `drop_sources` are left out (see `LogStream.take`).
         """
-        if self._chunks:
-            parts = [*self._chunks, self._rows_frame()] if self._n else self._chunks
-            frame = pd.concat(parts, ignore_index=True)
-            self._reset()
-            if not frame["line"].is_monotonic_increasing:
-                frame = frame.sort_values("line", kind="stable", ignore_index=True)
+        bulk = bool(self._chunks)  # row-by-row records come in line order; chunks may interleave
+        chunks = [*self._chunks, self._rows_chunk()] if self._n else self._chunks
+        self._reset()
+        kept = [c.without(drop_sources) for c in chunks]
+        data = _joined([c for c in kept if c.rows])
+        if data is None:
+            self.taken = _empty()
         else:
-            frame = self._rows_frame()
-            self._reset()
-        if drop_sources and len(frame):
-            keep = ~frame["source"].isin(drop_sources)
-            if not keep.all():
-                frame = frame[keep].reset_index(drop=True)
-        frame = frame.drop(columns="source")
-        frame["nonfinite"] = frame["nonfinite"].astype(object)  # not pandas' str dtype: one dtype always
-        for name in EXTRA_METRICS:
-            if name not in frame.columns:  # the bulk path writes canonical columns only
-                frame[name] = np.nan
-        return frame
+            if bulk and (np.diff(data["line"]) < 0).any():
+                order = np.argsort(data["line"], kind="stable")
+                data = {name: col[order] for name, col in data.items()}
+            self.taken = _frame(data)
+        return self.taken.frame
 
-    def _rows_frame(self) -> pd.DataFrame:
-        """The row-by-row records as a frame (with their source column); empties the row buffer."""
+    def _rows_chunk(self) -> _Chunk:
+        """The row-by-row records as a chunk; empties the row buffer."""
         n = self._n
-        data: dict[str, Any] = {"step": np.array(self._step, dtype=np.int64)}
-        for name in (*METRICS, *EXTRA_METRICS):
-            col = self._cols.get(name)
-            if col is None:
-                data[name] = np.full(n, np.nan)
-            else:
-                if len(col) < n:
-                    col.extend([math.nan] * (n - len(col)))
-                data[name] = np.array(col, dtype=np.float64)
+        data: dict[str, np.ndarray] = {"step": np.array(self._step, dtype=np.int64)}
+        for name, col in self._cols.items():
+            if len(col) < n:
+                col.extend([math.nan] * (n - len(col)))
+            data[name] = np.array(col, dtype=np.float64)
         data["ts"] = np.array(self._ts, dtype=np.float64)
         data["line"] = np.array(self._line, dtype=np.int64)
         data["nonfinite"] = np.array(self._nonfinite, dtype=object)
-        frame = pd.DataFrame(data, columns=[*COLUMNS, *EXTRA_METRICS])
-        frame["source"] = np.array(self._source, dtype=object)
+        chunk = _Chunk(data, n, self._source)
         chunks = self._chunks
         self._reset()
         self._chunks = chunks
-        return frame
+        return chunk
 
     @staticmethod
     def empty() -> pd.DataFrame:
-        """An empty batch with the canonical columns."""
-        return RecordBuilder().take()
+        """An empty batch with the canonical columns (and the declared extra metrics)."""
+        return _empty().frame
+
+
+@dataclass
+class _Chunk:
+    """Records as numpy columns (a bulk chunk, or the row-by-row records), with their parser(s)."""
+
+    columns: dict[str, np.ndarray]
+    rows: int
+    #: the parser that wrote each row, or one name for the whole chunk
+    sources: list[str] | str
+
+    def without(self, drop: frozenset[str]) -> _Chunk:
+        """The rows not written by a parser in `drop`."""
+        if not drop:
+            return self
+        if isinstance(self.sources, str):
+            return _Chunk({}, 0, "") if self.sources in drop else self
+        keep = np.array([s not in drop for s in self.sources], dtype=bool)
+        if keep.all():
+            return self
+        return _Chunk({name: col[keep] for name, col in self.columns.items()}, int(keep.sum()), "")
+
+
+def _joined(chunks: list[_Chunk]) -> dict[str, np.ndarray] | None:
+    """The chunks' rows as one set of columns (NaN where a chunk lacks a metric); None if no rows."""
+    if not chunks:
+        return None
+    if len(chunks) == 1:
+        return chunks[0].columns
+    data: dict[str, np.ndarray] = {}
+    for name in (*COLUMNS, *EXTRA_METRICS):
+        parts = [c.columns.get(name) for c in chunks]
+        if all(p is None for p in parts):
+            continue
+        filled = [np.full(c.rows, np.nan) if p is None else p for c, p in zip(chunks, parts, strict=True)]
+        data[name] = np.concatenate(filled)
+    return data
+
+
+def _frame(data: dict[str, np.ndarray]) -> Columns:
+    """The batch's DataFrame (`COLUMNS`, then `EXTRA_METRICS`; a metric not logged is NaN) with
+    the arrays it was built from.
+
+    `nonfinite` goes in as an object Series: pandas >= 3 would make the plain array its `str`
+    dtype, and one dtype always is what readers of the column expect.
+    """
+    n = len(data["line"]) if "line" in data else 0
+    not_logged = np.full(n, np.nan)  # one for every metric missing: pandas copies it into its block
+    arrays: dict[str, np.ndarray] = {}
+    for name in (*COLUMNS, *EXTRA_METRICS):
+        col = data.get(name)
+        if name in ("step", "line"):
+            arrays[name] = np.zeros(0, dtype=np.int64) if col is None else col.astype(np.int64, copy=False)
+        elif name == "nonfinite":
+            arrays[name] = np.zeros(0, dtype=object) if col is None else col.astype(object, copy=False)
+        else:
+            arrays[name] = not_logged if col is None else col
+    frame = pd.DataFrame({**arrays, "nonfinite": pd.Series(arrays["nonfinite"], dtype=object, copy=False)})
+    return Columns(frame, arrays)
+
+
+def _empty() -> Columns:
+    """An empty batch: a frame of its own (the caller may add columns), copied from a template."""
+    names = (*COLUMNS, *EXTRA_METRICS)
+    template = _EMPTY.get(names)
+    if template is None:
+        template = _EMPTY[names] = _frame({})
+    return Columns(template.frame.copy(deep=False), template.arrays)
+
+
+#: Empty batches by their column names: building a frame costs more than copying one.
+_EMPTY: dict[tuple[str, ...], Columns] = {}
+
+
+class Columns:
+    """The columns of one record batch as numpy arrays, each taken out of its DataFrame once.
+
+    A live tail's batch holds a record or two, and a dozen detectors read the same few columns of
+    it: pandas' column access costs more than their arithmetic, so the arrays are shared. They
+    are read-only views, so that no reader changes what the next one sees. `arrays`: columns
+    known already (the ones the frame was built from, see `RecordBuilder.taken`).
+    """
+
+    def __init__(self, frame: pd.DataFrame, arrays: dict[str, np.ndarray] | None = None) -> None:
+        self.frame = frame
+        self.arrays: dict[str, np.ndarray] = {}
+        for name, col in (arrays or {}).items():
+            self._keep(name, col)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        col = self.arrays.get(name)
+        if col is None:
+            col = self._keep(name, self.frame[name].to_numpy())
+        return col
+
+    def _keep(self, name: str, col: np.ndarray) -> np.ndarray:
+        view = col.view()
+        view.flags.writeable = False
+        self.arrays[name] = view
+        return view
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.frame.columns
+
+    def __len__(self) -> int:
+        return len(self.frame)

@@ -83,7 +83,8 @@ class _Task:
 
 @dataclass
 class _Segment:
-    batch: Batch
+    batch: Batch  # numbered as the worker counted: line `skip + 1` is the segment's first
+    skip: int
     lines: int  # lines in the segment proper
     stream: LogStream | None  # the worker's stream, for the last segment (the state after the file)
 
@@ -130,7 +131,7 @@ class SegmentReader:
             for task in pending:
                 in_flight.append(self._pool.submit(read_segment, task))
                 break
-            batch = _shifted(segment.batch, lines_before)
+            batch = _shifted(segment.batch, lines_before - segment.skip)
             lines_before += segment.lines
             if segment.stream is not None:
                 segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
@@ -189,7 +190,7 @@ def read_segment(task: _Task) -> _Segment:
     except OSError as e:
         raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
     batch = _within(stream.take(), warm_lines, lines)
-    return _Segment(batch, lines, stream if task.last else None)
+    return _Segment(batch, warm_lines, lines, stream if task.last else None)
 
 
 def _warmup(fh: BinaryIO, start: int, size: int) -> bytes:
@@ -217,14 +218,13 @@ def _finish_open_record(stream: LogStream, fh: BinaryIO) -> None:
 
 
 def _within(batch: Batch, skip: int, lines: int) -> Batch:
-    """The part of `batch` whose lines are in (skip, skip + lines], renumbered from 1 (the segment's first line)."""
+    """The part of `batch` whose lines are in (skip, skip + lines]: what the segment itself holds."""
     rec = batch.records
     line = rec["line"].to_numpy()
     keep = (line > skip) & (line <= skip + lines)
     if not keep.all():
         rec = rec[keep].reset_index(drop=True)
-    rec["line"] -= skip
-    events = [e.moved(-skip) for e in batch.events if skip < e.line <= skip + lines]
+    events = [e for e in batch.events if skip < e.line <= skip + lines]
     return dataclasses.replace(batch, records=rec, events=events)
 
 

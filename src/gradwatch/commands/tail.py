@@ -154,6 +154,7 @@ class _Tail:
         self.stalls: dict[str, Stall | None] = {}
         self.last_step_at: dict[str, float] = {}
         self.alerts: list[Alert] = []
+        self.counts = severity_counts([])  # of `alerts`, kept as they come: the status is made at every wake-up
         self.stdin = StdinFollower(self._on_data) if opts.paths == ("-",) else None
         self.following = self.stdin is not None  # history is read (a pipe has none): alerts may run --on-alert
         self.reason: str | None = None  # why the run stops; None while it goes on
@@ -275,7 +276,7 @@ class _Tail:
             dataclasses.replace(c.summary, format=c.stream.format, lines=c.stream.lines) for c in self.checks.values()
         ]
         code = self._exit_code()
-        self.sink.close(TailSummary(files, severity_counts(self.alerts), int(code), self.reason or "error"))
+        self.sink.close(TailSummary(files, dict(self.counts), int(code), self.reason or "error"))
 
     def _exit_code(self) -> ExitCode:
         level = self.exit_level if self.exit_level is not None else Severity.WARNING
@@ -309,6 +310,7 @@ class _Tail:
     def _dispatch(self, alerts: list[Alert]) -> None:
         for alert in alerts:
             self.alerts.append(alert)
+            self.counts[str(alert.severity)] += 1
             self.sink.alert(alert)
             if self.commands is not None and self.following and alert.severity >= self.on_alert_level:
                 assert self.argv is not None
@@ -355,7 +357,7 @@ class _Tail:
             records=sum(c.summary.records for c in self.checks.values()),
             lines_per_s=(lines - lines0) / (now - t0) if now > t0 else 0.0,
             idle_s=None if self.last_data is None else now - self.last_data,
-            alerts=severity_counts(self.alerts),
+            alerts=dict(self.counts),
         )
 
 

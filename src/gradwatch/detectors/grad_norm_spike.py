@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, Incident, prev_window_median
+from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns, prev_window_median
 from gradwatch.detectors.steps import StepGaps
 from gradwatch.parsers.stream import Batch
 
@@ -52,10 +52,10 @@ class GradNormSpike(Detector):
         self._incident = Incident(self.config.quiet)
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
-        g = rec["grad_norm"].to_numpy()
+        rec = columns(batch)
+        g = rec["grad_norm"]
         ok = np.isfinite(g) & (g > 0)
-        g, steps, lines = g[ok], rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
+        g, steps, lines = g[ok], rec["step"][ok], rec["line"][ok]
         if len(g) == 0:
             return []
         prev = np.concatenate([[self._last_value], g[:-1]])

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig
+from gradwatch.detectors.base import Detector, DetectorConfig, columns
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -68,14 +68,14 @@ class LogitNormDrift(Detector):
         self._ppl_alerted = False
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
+        rec = columns(batch)
         if len(rec) == 0:
             return []
         alerts = self._ppl(batch)
-        loss = rec["loss"].to_numpy()
-        steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
+        loss = rec["loss"]
+        steps, lines = rec["step"], rec["line"]
         for metric, blocks in self._blocks.items():
-            v = rec[metric].to_numpy()
+            v = rec[metric]
             ok = np.isfinite(v)
             if ok.any():
                 alert = self._blocks_of(metric, blocks, v[ok], loss[ok], steps[ok], lines[ok])
@@ -140,9 +140,9 @@ class LogitNormDrift(Detector):
     def _ppl(self, batch: Batch) -> list[Alert]:
         if self._ppl_alerted:
             return []
-        rec = batch.records
-        names, loss = rec["nonfinite"].to_numpy(), rec["loss"].to_numpy()
-        steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
+        rec = columns(batch)
+        names, loss = rec["nonfinite"], rec["loss"]
+        steps, lines = rec["step"], rec["line"]
         for pos in np.flatnonzero(names != "").tolist():
             if "ppl" in names[pos].split(",") and np.isfinite(loss[pos]):
                 self._ppl_alerted = True

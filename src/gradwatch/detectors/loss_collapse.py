@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, Incident, prev_window_median
+from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns, prev_window_median
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -54,14 +54,14 @@ class LossCollapse(Detector):
 
     def update(self, batch: Batch) -> list[Alert]:
         cfg = self.config
-        rec = batch.records
-        loss = rec["loss"].to_numpy()
-        ok = np.isfinite(loss) & (rec["nonfinite"].to_numpy() == "")  # a NaN step is not a collapse
+        rec = columns(batch)
+        loss = rec["loss"]
+        ok = np.isfinite(loss) & (rec["nonfinite"] == "")  # a NaN step is not a collapse
         if not ok.any():
             return []
-        grad_all = rec["grad_norm"].to_numpy()
+        grad_all = rec["grad_norm"]
         loss, grad = loss[ok], grad_all[ok]
-        steps, lines = rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
+        steps, lines = rec["step"][ok], rec["line"][ok]
         med, tail = prev_window_median(self._loss_tail, loss, cfg.window)
         gmed, self._grad_tail = prev_window_median(
             self._grad_tail, np.where(np.isfinite(grad), grad, np.nan), cfg.window

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig
+from gradwatch.detectors.base import SMALL_BATCH, Detector, DetectorConfig, columns, median, moving_median
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -58,12 +58,16 @@ class LossDivergence(Detector):
     description = "loss rising for several logs in a row, trending up, or held at 2x its earlier mean"
     Config = LossDivergenceConfig
     config: LossDivergenceConfig
+    #: the trend median at each value of `_tail` (see `_trend`); a class default, so that a detector
+    #: pickled in a scan state before it existed still loads (its medians are then computed again)
+    _med_tail = np.empty(0)
 
     def __init__(self, config: LossDivergenceConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
         cfg = self.config
         self._keep = max(cfg.window, 2 * cfg.trend_window + cfg.trend_lookback)
         self._tail = np.empty(0)  # the last `_keep` losses
+        self._med_tail = np.empty(0)
         self._rises = 0  # consecutive rises up to the last value
         self._run_start = np.nan  # the value before those rises
         self._high = 0  # consecutive logs at level_ratio x the window mean
@@ -72,12 +76,12 @@ class LossDivergence(Detector):
         self._quiet_until = -1  # row index up to which alerts are held back
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
-        loss = rec["loss"].to_numpy()
-        ok = np.isfinite(loss) & (rec["nonfinite"].to_numpy() == "")
+        rec = columns(batch)
+        loss = rec["loss"]
+        ok = np.isfinite(loss) & (rec["nonfinite"] == "")
         if not ok.any():
             return []
-        v, steps, lines = loss[ok], rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
+        v, steps, lines = loss[ok], rec["step"][ok], rec["line"][ok]
         alerts: list[Alert] = []
         # a step going backwards is a resume: history before it says nothing about divergence
         prev_steps = np.concatenate([[self._last_step if self._last_step is not None else -1], steps[:-1]])
@@ -93,6 +97,7 @@ class LossDivergence(Detector):
 
     def _reset(self) -> None:
         self._tail, self._rises, self._run_start, self._high = np.empty(0), 0, np.nan, 0
+        self._med_tail = np.empty(0)
 
     def _segment(self, v: np.ndarray, steps: np.ndarray, lines: np.ndarray) -> list[Alert]:
         cfg = self.config
@@ -108,13 +113,10 @@ class LossDivergence(Detector):
         starts = np.where(start_idx >= 0, v[np.clip(start_idx, 0, n - 1)], carried_start)
         cond_rise = (rises >= cfg.rising_logs) & (v >= cfg.rise_ratio * starts) & (v - starts >= cfg.rise_delta)
         # trend
-        series = pd.Series(joined)
-        med = series.rolling(cfg.trend_window, min_periods=cfg.trend_window).median()
-        ref = med.shift(cfg.trend_window).rolling(cfg.trend_lookback, min_periods=1).min()
-        med_v, ref_v = med.to_numpy()[len(tail) :], ref.to_numpy()[len(tail) :]
+        med_v, ref_v = self._trend(joined, len(tail))
         cond_trend = (med_v >= cfg.rise_ratio * ref_v) & (med_v - ref_v >= cfg.rise_delta)
         # level
-        mean = series.rolling(cfg.window, min_periods=1).mean().shift(1).to_numpy()[len(tail) :]
+        mean = self._level_mean(joined, len(tail))
         high = v >= cfg.level_ratio * mean
         highs = _run_lengths(high, self._high)
         cond_level = highs > cfg.level_logs
@@ -181,3 +183,40 @@ class LossDivergence(Detector):
                     )
                 )
         return alerts
+
+    def _trend(self, joined: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """For each of `joined[start:]`: the median of the last `trend_window` logs (NaN before
+        there are as many), and the lowest such median of the `trend_lookback` logs before them.
+
+        The medians of the values kept are kept too, so that a small batch computes only its own
+        (the same numbers: a kept value's window never reaches past the kept tail when it is read).
+        """
+        tw, lookback = self.config.trend_window, self.config.trend_lookback
+        if len(joined) - start > SMALL_BATCH or len(self._med_tail) != start:
+            med = moving_median(joined, tw, min_count=tw)
+            ref = pd.Series(med).shift(tw).rolling(lookback, min_periods=1).min().to_numpy()[start:]
+        else:
+            own = [
+                median(joined[end - tw + 1 : end + 1]) if end >= tw - 1 else np.nan for end in range(start, len(joined))
+            ]
+            med = np.concatenate([self._med_tail, own])
+            ref = np.full(len(joined) - start, np.nan)
+            for i, end in enumerate(range(start - tw, len(joined) - tw)):
+                earlier = med[max(0, end - lookback + 1) : end + 1] if end >= 0 else med[:0]
+                earlier = earlier[~np.isnan(earlier)]
+                if len(earlier):
+                    ref[i] = earlier.min()
+        self._med_tail = med[-self._keep :]
+        return med[start:], ref
+
+    def _level_mean(self, joined: np.ndarray, start: int) -> np.ndarray:
+        """For each of `joined[start:]`: the mean of the `window` logs before it (NaN for the first);
+        in a small batch summed by numpy, in another order than pandas' running sum (the last bits)."""
+        window = self.config.window
+        if len(joined) - start > SMALL_BATCH:
+            return pd.Series(joined).rolling(window, min_periods=1).mean().shift(1).to_numpy()[start:]
+        mean = np.full(len(joined) - start, np.nan)
+        for i, end in enumerate(range(start, len(joined))):
+            if end:
+                mean[i] = joined[max(0, end - window) : end].mean()
+        return mean

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig
+from gradwatch.detectors.base import Detector, DetectorConfig, columns
 from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -61,7 +61,7 @@ class LossScaleCollapse(Detector):
         self._at_floor = False
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
+        rec = columns(batch)
         items: list[tuple[int, int, float | None, float | None, bool, int | None, int | None]] = []
         ev_lines: list[int] = []
         for ev in batch.events:
@@ -74,10 +74,10 @@ class LossScaleCollapse(Detector):
             else:
                 continue
             ev_lines.append(ev.line)
-        scale = rec["loss_scale"].to_numpy()
+        scale = rec["loss_scale"]
         ok = np.isfinite(scale)
         if ok.any():
-            items += self._record_items(scale[ok], rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok], ev_lines)
+            items += self._record_items(scale[ok], rec["step"][ok], rec["line"][ok], ev_lines)
         items.sort(key=lambda item: item[0])
         alerts: list[Alert] = []
         for line, step, old, new, overflow, last_record_step, interval in items:
@@ -88,7 +88,7 @@ class LossScaleCollapse(Detector):
             if alert is not None:
                 alerts.append(alert)
         if ok.any():
-            self._last_record_step = int(rec["step"].to_numpy()[ok][-1])
+            self._last_record_step = int(rec["step"][ok][-1])
             self._interval = self._final_interval
         return alerts
 

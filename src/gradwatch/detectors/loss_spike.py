@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, Incident, prev_window_median
+from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns, prev_window_median
 from gradwatch.detectors.steps import StepGaps
 from gradwatch.parsers.stream import Batch
 
@@ -66,14 +66,14 @@ class LossSpike(Detector):
         self._incident = Incident(self.config.quiet)
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
-        loss = rec["loss"].to_numpy()
+        rec = columns(batch)
+        loss = rec["loss"]
         ok = np.isfinite(loss)
         if not ok.any():
             return []
         loss = loss[ok]
-        steps, lines = rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
-        skipped = np.nan_to_num(rec["skipped"].to_numpy()[ok], nan=0.0)
+        steps, lines = rec["step"][ok], rec["line"][ok]
+        skipped = np.nan_to_num(rec["skipped"][ok], nan=0.0)
         alerts: list[Alert] = []
         segments = self._gaps.segments(steps)
         intervals = np.maximum(self._gaps.row_intervals, 1)  # the log interval known at each row
@@ -91,7 +91,7 @@ class LossSpike(Detector):
         # the window in logs: `window` steps at the row's log interval, at least `warmup` logs
         sizes = np.minimum(cfg.window, np.maximum(cfg.warmup, cfg.window // intervals))
         med = np.empty(len(loss))
-        for size in np.unique(sizes).tolist():  # one size, except while the interval is learnt
+        for size in set(sizes.tolist()):  # one size, except while the interval is learnt
             rows = sizes == size
             med[rows] = prev_window_median(tail, loss, size)[0][rows]
         joined = np.concatenate([tail, loss])

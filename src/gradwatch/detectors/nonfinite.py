@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, Incident
+from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns
 from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -40,7 +40,7 @@ class Nonfinite(Detector):
         self._seen = 0
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
+        rec = columns(batch)
         alerts: list[Alert] = []
         for ev in batch.events:
             if ev.kind is EventKind.ERROR and "nan" in ev.data.get("text", "").lower():
@@ -59,10 +59,10 @@ class Nonfinite(Detector):
                 )
         if len(rec) == 0:
             return alerts
-        names = rec["nonfinite"].to_numpy()
-        nan_count = np.nan_to_num(rec["nan_count"].to_numpy(), nan=0.0)
+        names = rec["nonfinite"]
+        nan_count = np.nan_to_num(rec["nan_count"], nan=0.0)
         bad = (names != "") | (nan_count > 0)
-        steps, lines = rec["step"].to_numpy(), rec["line"].to_numpy()
+        steps, lines = rec["step"], rec["line"]
         start = self._seen
         self._seen += len(rec)
         for kind, pos, first in self._incident.scan(start, len(rec), np.flatnonzero(bad), steps):
@@ -83,7 +83,7 @@ class Nonfinite(Detector):
                 continue
             bad_names = names[pos].split(",") if names[pos] else ["nan_count"]
             metric = bad_names[0]
-            value: float | None = float(rec[metric].to_numpy()[pos]) if metric in rec else None
+            value: float | None = float(rec[metric][pos]) if metric in rec else None
             if metric == "nan_count":
                 what = f"{int(nan_count[pos])} NaN iteration(s) counted"
             elif metric == "loss" and value is not None and np.isnan(value):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig
+from gradwatch.detectors.base import Detector, DetectorConfig, columns
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -75,11 +75,11 @@ class ResumeRegression(Detector):
         self._probe: _Probe | None = None
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
-        loss, grad = rec["loss"].to_numpy(), rec["grad_norm"].to_numpy()
+        rec = columns(batch)
+        loss, grad = rec["loss"], rec["grad_norm"]
         logged = np.isfinite(loss) | np.isfinite(grad)
         loss, grad = loss[logged], grad[logged]
-        steps, lines = rec["step"].to_numpy()[logged], rec["line"].to_numpy()[logged]
+        steps, lines = rec["step"][logged], rec["line"][logged]
         events = [ev for ev in batch.events if ev.kind in (EventKind.CHECKPOINT_LOAD, EventKind.VOCAB)]
         # records that may start a probe: the first one, and steps going backwards
         prev = np.concatenate([[self._last_step if self._last_step is not None else -1], steps[:-1]])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig
+from gradwatch.detectors.base import Detector, DetectorConfig, columns
 from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -66,11 +66,11 @@ class SkippedSteps(Detector):
                 alert = self._progress(ev.line, ev.step, int(ev.data["skipped"]))
                 if alert is not None:
                     alerts.append(alert)
-        rec = batch.records
-        skipped = rec["skipped"].to_numpy()
+        rec = columns(batch)
+        skipped = rec["skipped"]
         ok = np.isfinite(skipped)
         if ok.any():
-            alerts += self._records(rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok], skipped[ok])
+            alerts += self._records(rec["step"][ok], rec["line"][ok], skipped[ok])
         return alerts
 
     def _progress(self, line: int, step: int, total: int) -> Alert | None:

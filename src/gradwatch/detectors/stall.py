@@ -22,10 +22,9 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig
+from gradwatch.detectors.base import SMALL_BATCH, Detector, DetectorConfig, columns, median, moving_median
 from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -80,16 +79,16 @@ class Stall(Detector):
         return max(self.config.factor * float(np.median(self._gaps)), self.config.floor_s)
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
-        keep = rec["step"].to_numpy() >= 0
+        rec = columns(batch)
+        keep = rec["step"] >= 0
         restarts = np.array([self._last_restart, *(ev.line for ev in batch.events if ev.kind in _RESTARTS)])
         self._last_restart = int(restarts.max())
         alerts = (
             self._records(
-                rec["step"].to_numpy()[keep],
-                rec["line"].to_numpy()[keep],
-                rec["ts"].to_numpy()[keep],
-                rec["step_time_s"].to_numpy()[keep],
+                rec["step"][keep],
+                rec["line"][keep],
+                rec["ts"][keep],
+                rec["step_time_s"][keep],
                 np.sort(restarts),
             )
             if keep.any()
@@ -98,7 +97,7 @@ class Stall(Detector):
         last_line = self._last_step[1] if self._last_step else 0
         if any(ev.kind in _ENDS and ev.line > last_line for ev in batch.events):
             self._ended = True
-        if len(batch.records) or batch.last_step_ts is not None:
+        if len(rec) or batch.last_step_ts is not None:
             # None while the newest record's time is unknown: an older record's time would be stale
             self._last_step_ts = batch.last_step_ts
         if batch.last_ts is not None:
@@ -137,10 +136,10 @@ class Stall(Detector):
         tail = np.array(self._gaps, dtype=float)
         values = pace[np.isfinite(pace)]
         joined = np.concatenate([tail, values])
-        medians = pd.Series(np.concatenate([joined, [np.nan]])).rolling(cfg.history, min_periods=1).median().to_numpy()
         before = len(tail) + np.cumsum(np.isfinite(pace)) - np.isfinite(pace)  # pace values before each row
         known = np.minimum(before, cfg.history) >= cfg.min_gaps
-        limit = np.where(known, np.maximum(cfg.factor * medians[np.maximum(before - 1, 0)], cfg.floor_s), np.inf)
+        medians = self._medians_through(joined, np.maximum(before - 1, 0))
+        limit = np.where(known, np.maximum(cfg.factor * medians, cfg.floor_s), np.inf)
         # the time each record took: by the log's clock where it has one, else by the trainer's own
         # step time (Megatron's interval mean, without timestamps, includes the hang)
         by_clock = np.isfinite(gap)
@@ -162,6 +161,18 @@ class Stall(Detector):
         self._ended = False
         return alerts
 
+    def _medians_through(self, joined: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """For each index in `ends`: the median of the last `history` values of `joined` up to it (NaN: none)."""
+        if len(ends) > SMALL_BATCH:
+            padded = np.concatenate([joined, [np.nan]])  # an index past the end: no value yet
+            return moving_median(padded, self.config.history)[ends]
+        medians = np.full(len(ends), np.nan)
+        for i, end in enumerate(ends.tolist()):
+            window = joined[max(0, end - self.config.history + 1) : end + 1]
+            if len(window):
+                medians[i] = median(window)
+        return medians
+
     def finish(self) -> list[Alert]:
         if self._ended or self._last_step is None or self._last_ts is None or self._last_step_ts is None:
             return []
@@ -180,7 +191,7 @@ class Stall(Detector):
         if self._ended or self._last_step is None or self._last_step == self._wall_alerted:
             return []
         silent = now - last_step_at
-        if silent <= self.limit():
+        if silent <= self.config.floor_s or silent <= self.limit():  # the floor first: asked at every wake-up
             return []
         self._wall_alerted = self._last_step
         return [self._stalled(*self._last_step, silent, resumed_at=None, then=" (by the wall clock)")]

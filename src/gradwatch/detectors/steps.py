@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradwatch.detectors.base import SMALL_BATCH
+
 
 class StepGaps:
     """Splits a detector's rows where the step jumps far ahead of the log interval.
@@ -24,6 +26,33 @@ class StepGaps:
         """(start, end, reset) slices of `steps`; `reset` says the slice follows a stale gap."""
         if len(steps) == 0:
             return []
+        resets = self._resets_few(steps) if len(steps) <= SMALL_BATCH else self._resets(steps)
+        bounds = [0, *resets, len(steps)]
+        return [
+            (lo, hi, lo > 0 or (len(resets) > 0 and resets[0] == 0))
+            for lo, hi in zip(bounds, bounds[1:], strict=False)
+            if hi > lo
+        ]
+
+    def _resets_few(self, steps: np.ndarray) -> list[int]:
+        """`_resets` row by row, for a live tail's batch of a record or two (numpy's set-up would dominate)."""
+        interval, last = self.interval, self.last_step
+        resets: list[int] = []
+        intervals: list[int] = []
+        for i, step in enumerate(steps.tolist()):
+            diff = 0 if last is None else step - last
+            if diff > 0:
+                if interval is not None and diff > self.factor * interval:
+                    resets.append(i)
+                interval = diff if interval is None else min(interval, diff)
+            intervals.append(interval or 0)
+            last = step
+        self.interval, self.last_step = interval, last
+        self.row_intervals = np.array(intervals, dtype=np.int64)
+        return resets
+
+    def _resets(self, steps: np.ndarray) -> list[int]:
+        """Rows where the step jumps past `factor` log intervals; updates the interval and `row_intervals`."""
         no_interval = np.iinfo(np.int64).max
         last = self.last_step if self.last_step is not None else -1
         diffs = steps - np.concatenate([[last], steps[:-1]])
@@ -38,9 +67,4 @@ class StepGaps:
         self.last_step = int(steps[-1])
         self.interval = None if interval_after[-1] == no_interval else int(interval_after[-1])
         self.row_intervals = np.where(interval_after[1:] == no_interval, 0, interval_after[1:])
-        bounds = [0, *resets.tolist(), len(steps)]
-        return [
-            (lo, hi, lo > 0 or (len(resets) > 0 and resets[0] == 0))
-            for lo, hi in zip(bounds, bounds[1:], strict=False)
-            if hi > lo
-        ]
+        return resets.tolist()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, prev_window_median
+from gradwatch.detectors.base import Detector, DetectorConfig, columns, prev_window_median
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -48,21 +48,21 @@ class ThroughputDrop(Detector):
         self._prev_low = False
 
     def update(self, batch: Batch) -> list[Alert]:
-        rec = batch.records
+        rec = columns(batch)
         if self._metric is None:
             for name in _CANDIDATES:
-                col = rec[name].to_numpy()
+                col = rec[name]
                 if np.isfinite(col).any():
                     self._metric = name
                     break
             else:
                 return []
-        raw = rec[self._metric].to_numpy()
+        raw = rec[self._metric]
         ok = np.isfinite(raw) & (raw > 0)
         if not ok.any():
             return []
         values = raw[ok] if self._metric != "step_time_s" else 1.0 / raw[ok]
-        steps, lines = rec["step"].to_numpy()[ok], rec["line"].to_numpy()[ok]
+        steps, lines = rec["step"][ok], rec["line"][ok]
         med, self._tail = prev_window_median(self._tail, values, self.config.window)
         n_prev = np.minimum(np.arange(self._seen, self._seen + len(values)), self.config.window)
         self._seen += len(values)

@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gradwatch.alerts import Alert, Severity
+from gradwatch.detectors.base import columns
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileCheck
 from gradwatch.sinks.lines import alert_line
@@ -54,21 +55,28 @@ _MIN_REDRAW_S = 0.2
 
 
 def sparkline(values: Iterable[float], width: int, log: bool = False) -> Text:
-    """The last `width` values as bars scaled to their own range; a non-finite value is a red `!`."""
+    """The last `width` values as bars scaled to their own range; a non-finite value is a red `!`.
+
+    One string, styled only where a value blew up: the live view draws several a redraw.
+    """
     vals = list(values)[-width:] if width > 0 else []
     finite = [math.log(v) if log else v for v in vals if math.isfinite(v) and (v > 0 or not log)]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 0.0)
-    out = Text(no_wrap=True)
+    chars: list[str] = []
     for v in vals:
         if not math.isfinite(v):
-            out.append("!", style="bold red")
+            chars.append("!")
             continue
         if log and v <= 0:
-            out.append(" ")
+            chars.append(" ")
             continue
         x = math.log(v) if log else v
         level = int((x - lo) / (hi - lo) * (len(_BARS) - 1) + 0.5) if hi > lo else len(_BARS) // 2
-        out.append(_BARS[level])
+        chars.append(_BARS[level])
+    out = Text("".join(chars), no_wrap=True)
+    for i, char in enumerate(chars):
+        if char == "!":
+            out.stylize("bold red", i, i + 1)
     return out
 
 
@@ -79,15 +87,16 @@ class MetricWindow:
     values: dict[str, deque[tuple[int, float]]] = field(default_factory=dict)
 
     def feed(self, batch: Batch) -> None:
-        rec = batch.records.tail(WINDOW)  # a history batch can hold a million rows
+        rec = columns(batch)  # shared with the detectors
         if len(rec) == 0:
             return
-        steps = rec["step"].to_numpy()
-        blown = rec["nonfinite"].to_numpy()
+        last = slice(-WINDOW, None)  # a history batch can hold a million rows
+        steps = rec["step"][last]
+        blown = rec["nonfinite"][last]
         any_blown = bool((blown != "").any())
         for _, names, _ in ROWS:
             for name in names:
-                col = rec[name].to_numpy()
+                col = rec[name][last]
                 logged = ~np.isnan(col)
                 if any_blown:
                     logged |= np.array([name in str(b).split(",") for b in blown])

@@ -1,0 +1,154 @@
+"""The small-batch paths (a live tail's batch of a record or two) compute what the bulk paths do.
+
+`gradwatch tail` feeds one record at a time, so the window code has plain numpy paths for small
+batches beside the pandas ones; record batches carry their numpy columns from the builder. Each
+test feeds the same values in one batch and in random small ones and compares the results.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradwatch.detectors.base import ColumnBatch, median
+from gradwatch.detectors.loss_divergence import LossDivergence
+from gradwatch.detectors.stall import Stall
+from gradwatch.detectors.steps import StepGaps
+from gradwatch.downsample import MinMaxBuckets
+from gradwatch.parsers.stream import Batch
+from gradwatch.records import COLUMNS, Columns, RecordBuilder
+from gradwatch.spike_score import SpikeScore
+
+
+def _cuts(rng: np.random.Generator, n: int, most: int = 9) -> list[tuple[int, int]]:
+    """Random consecutive (start, end) pieces of range(n), most of them of a few values."""
+    pieces, pos = [], 0
+    while pos < n:
+        size = int(rng.integers(1, most + 1)) if rng.random() < 0.9 else int(rng.integers(10, 60))
+        pieces.append((pos, min(n, pos + size)))
+        pos += size
+    return pieces
+
+
+def test_median_is_numpys() -> None:
+    rng = np.random.default_rng(0)
+    for n in [*range(1, 30), 127, 128]:
+        values = np.round(rng.normal(0, 1, n), 1)  # rounded: ties in the middle
+        assert median(values) == np.median(values)
+
+
+def test_step_gaps_row_by_row_match_the_vectorised_path() -> None:
+    rng = np.random.default_rng(1)
+    steps = np.cumsum(rng.choice([0, 1, 10, 10, 10, 500, -30], size=400)) + 5
+    steps[rng.random(400) < 0.05] = -1  # records without a step
+    whole = StepGaps(20.0)
+    expected = whole.segments(steps)
+    pieces = StepGaps(20.0)
+    found, intervals = [], []
+    for lo, hi in _cuts(rng, len(steps)):
+        found += [(a + lo, b + lo, reset) for a, b, reset in pieces.segments(steps[lo:hi])]
+        intervals.append(pieces.row_intervals)
+    assert [(lo, reset) for lo, _, reset in found if lo == 0 or reset] == [(lo, reset) for lo, _, reset in expected]
+    np.testing.assert_array_equal(np.concatenate(intervals), whole.row_intervals)
+
+
+def test_loss_divergence_trend_is_the_same_in_small_batches() -> None:
+    """The trend medians kept between batches are those the whole series gives, bit for bit."""
+    rng = np.random.default_rng(2)
+    values = np.round(3 + np.cumsum(rng.normal(0, 0.05, 1200)), 2)
+    whole = LossDivergence()
+    med, ref = whole._trend(values, 0)
+    level = whole._level_mean(values, 0)
+    small = LossDivergence()
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for lo, hi in _cuts(rng, len(values)):
+        joined = np.concatenate([small._tail, values[lo:hi]])
+        parts.append((*small._trend(joined, len(small._tail)), small._level_mean(joined, len(small._tail))))
+        small._tail = joined[-small._keep :]
+    np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), med)
+    np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), ref)
+    # the mean of the last `window` values: summed in another order, equal to the last bits
+    np.testing.assert_allclose(np.concatenate([p[2] for p in parts])[1:], level[1:], rtol=1e-12)
+
+
+def test_stall_pace_medians_small_and_bulk() -> None:
+    rng = np.random.default_rng(3)
+    stall = Stall()
+    joined = np.round(rng.exponential(10.0, 80), 1)
+    ends = np.array([0, 1, 5, 49, 50, 79])
+    bulk = stall._medians_through(joined, np.repeat(ends, 2))[::2]  # over SMALL_BATCH: the pandas path
+    small = np.concatenate([stall._medians_through(joined, ends[i : i + 1]) for i in range(len(ends))])
+    np.testing.assert_array_equal(small, bulk)
+    assert np.isnan(stall._medians_through(np.empty(0), np.array([0])))[0]
+
+
+def test_spike_score_is_the_same_in_small_batches() -> None:
+    """Against the pandas path fed in batches of 50: over a whole series at once, pandas' rolling
+    variance leaves a residue (5e-8) on a window of one repeated value where numpy finds 0."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    loss = rng.normal(3.0, 0.01, n)
+    loss[1500:2700] = 2.5  # a constant stretch: no spread, nothing judged
+    loss[[400, 2800]] = 9.0
+    grad = np.abs(rng.normal(1.0, 0.1, n))
+    bulk, small = SpikeScore(), SpikeScore()
+    for lo in range(0, n, 50):
+        bulk.update(_columns({"loss": loss[lo : lo + 50], "grad_norm": grad[lo : lo + 50]}))
+    for lo, hi in _cuts(rng, n, most=3):
+        small.update(_columns({"loss": loss[lo:hi], "grad_norm": grad[lo:hi]}))
+    assert small.spikes == bulk.spikes and small.counted == bulk.counted
+    assert small.spikes["loss"] >= 2
+
+
+def test_min_max_buckets_queue_small_additions() -> None:
+    rng = np.random.default_rng(5)
+    x = np.arange(5000, dtype=np.float64)
+    y = rng.random(5000)
+    y[[10, 4000]] = [np.nan, np.inf]
+    whole, small = MinMaxBuckets(64), MinMaxBuckets(64)
+    whole.add(x, y)
+    for lo, hi in _cuts(rng, len(x), most=2):
+        small.add(x[lo:hi], y[lo:hi])
+    for a, b in zip(whole.envelope(40).__dict__.values(), small.envelope(40).__dict__.values(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert small.x_range() == whole.x_range() and len(small) == len(whole)
+
+
+@pytest.mark.parametrize("drop", [frozenset(), frozenset({"deepspeed"})])
+def test_taken_columns_are_the_frames(drop: frozenset[str]) -> None:
+    """Rows and bulk chunks, out of line order, some dropped: the columns handed on are the frame's."""
+    builder = RecordBuilder()
+    builder.add(7, 30, None, {"loss": 2.0}, source="megatron")
+    builder.add(8, 31, 5.0, {"loss": 1.0, "grad_norm": np.nan}, ("grad_norm",), source="deepspeed")
+    builder.add_columns(
+        np.array([5, 6]),
+        np.array([10, 40]),
+        np.array([np.nan, 1.0]),
+        {"loss": np.array([3.0, 4.0])},
+        np.array(["", ""], dtype=object),
+        "megatron",
+    )
+    frame = builder.take(drop)
+    taken = builder.taken
+    assert taken is not None and taken.frame is frame
+    assert list(frame.columns) == list(COLUMNS) and frame["line"].is_monotonic_increasing
+    for name in COLUMNS:
+        expected = frame[name].to_numpy()
+        assert taken[name].dtype == expected.dtype
+        np.testing.assert_array_equal(taken[name], expected)
+        assert not taken[name].flags.writeable
+    batch = ColumnBatch.of(Batch(frame), taken)
+    assert batch.columns is taken
+    assert ColumnBatch.of(Batch(frame.copy()), taken).columns is not taken  # another frame: its own columns
+
+
+def _columns(metrics: dict[str, np.ndarray]) -> Columns:
+    """A batch's columns holding these metrics (the rest of the schema not logged)."""
+    n = len(next(iter(metrics.values())))
+    builder = RecordBuilder()
+    builder.add_columns(
+        np.arange(n), np.arange(1, n + 1), np.full(n, np.nan), metrics, np.full(n, "", dtype=object), "x"
+    )
+    builder.take()
+    assert builder.taken is not None
+    return builder.taken
