@@ -1,13 +1,14 @@
 """Benchmark: `gradwatch check` throughput and memory against grep and cat, one command.
 
-    .venv/bin/python benchmarks/throughput.py [--size-mb 1024] [--formats megatron-deepspeed,olmo,...]
+    .venv/bin/python benchmarks/throughput.py [--size-mb 1024] [--formats megatron-deepspeed,olmo,...] [--jobs 1,2]
 
 For each format, generates (once, into benchmarks/data/, git-ignored) a realistic log of about
 SIZE MB with src/gradwatch/synth.py: Megatron-DeepSpeed fp16 with its timer and DeepSpeed lines,
 OLMo multi-line records, HF Trainer dict lines, JSON lines. Then, in the same run and on the same
 warm file, times `cat FILE > /dev/null`, `grep -c PATTERN FILE` and `gradwatch check --output json
 FILE` (the full pipeline: parsing, all detectors, the report), each as a child process whose peak
-RSS is read with wait4. Prints MB/s, the ratio to grep and peak RSS per format, then start-up
+RSS is read with wait4 (the largest of gradwatch and the worker processes it waited for). Prints
+MB/s, the ratio to grep and peak RSS per format and `--jobs` value, then start-up
 times: `gradwatch --help` and `check` on a one-line file. Figures vary with the machine's load:
 compare ratios, not seconds.
 """
@@ -72,19 +73,28 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--formats", default="megatron-deepspeed,olmo,hf-trainer,jsonl")
     parser.add_argument("--repeat", type=int, default=1, help="runs per command; the fastest counts")
+    parser.add_argument(
+        "--jobs", default="auto", help="comma-separated `check --jobs` values to time, e.g. 1,2 (auto: its default)"
+    )
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}; page cache warm (cat first)")
-    print(f"{'format':<20}{'MB':>7}{'cat s':>8}{'grep s':>8}{'check s':>9}{'MB/s':>8}{'x grep':>8}{'RSS MB':>8}  exit")
+    print(
+        f"{'format':<20}{'MB':>7}{'cat s':>8}{'grep s':>8}{'jobs':>6}{'check s':>9}{'MB/s':>8}{'x grep':>8}"
+        f"{'RSS MB':>8}  exit"
+    )
     for fmt in args.formats.split(","):
         path = log_for(fmt, args.size_mb)
         mb = path.stat().st_size / 1e6
         cat, _, _ = best(["sh", "-c", f"cat '{path}' > /dev/null"], args.repeat)
         grep, _, _ = best(["grep", "-cF", PATTERNS[fmt], str(path)], args.repeat)
-        check, rss, code = best([*GRADWATCH, "check", "--output", "json", str(path)], args.repeat)
-        print(
-            f"{fmt:<20}{mb:>7.0f}{cat:>8.2f}{grep:>8.2f}{check:>9.2f}{mb / check:>8.0f}{check / grep:>8.1f}"
-            f"{rss:>8.0f}  {code}"
-        )
+        for jobs in args.jobs.split(","):
+            flag = [] if jobs == "auto" else ["--jobs", jobs]
+            check, rss, code = best([*GRADWATCH, "check", "--output", "json", *flag, str(path)], args.repeat)
+            print(
+                f"{fmt:<20}{mb:>7.0f}{cat:>8.2f}{grep:>8.2f}{jobs:>6}{check:>9.2f}{mb / check:>8.0f}"
+                f"{check / grep:>8.1f}{rss:>8.0f}  {code}",
+                flush=True,
+            )
     with tempfile.TemporaryDirectory() as tmp:
         one = Path(tmp) / "one.log"
         one.write_text(" iteration        1/     100 | lm loss: 1.1E+01 | grad norm: 1.0 |\n")

@@ -72,6 +72,10 @@ class RecordBuilder:
     #: the batch's readers instead of taking them out of the frame again (not pickled)
     taken: Columns | None = None
 
+    #: records added since the builder was made (never reset): a cheap "did a record come?"
+    #: (a class default, so that builders pickled in older scan states have it)
+    added = 0
+
     def __init__(self) -> None:
         self._reset()
 
@@ -116,6 +120,7 @@ class RecordBuilder:
         self._nonfinite.append(",".join(nonfinite) if nonfinite else "")
         self._source.append(source)
         self._n = n + 1
+        self.added += 1
 
     def add_columns(
         self,
@@ -132,6 +137,7 @@ class RecordBuilder:
         if self._n:
             self._chunks.append(self._rows_chunk())
         self._chunks.append(_Chunk(data, len(steps), source))
+        self.added += len(steps)
 
     def __len__(self) -> int:
         return self._n + sum(c.rows for c in self._chunks)

@@ -214,10 +214,10 @@ class LogStream:
                     i += 1
                 if i and taken[i - 1] and last_line_record < starts[i - 1]:
                     out.last_step = int(matches[i - 1].group(1))
-                before = len(out.records)
+                before = out.records.added
                 if end > start:
                     self._parse_line(text[start:end], lineno)
-                if len(out.records) != before:
+                if out.records.added != before:
                     last_line_record, new_record = start, True
                 if out.step_ts_pending:
                     self._pending_from = end + 1
@@ -293,7 +293,10 @@ class LogStream:
         return None
 
     def _collecting(self) -> bool:
-        return any(p.collecting for p in self._collectors)
+        for p in self._collectors:  # noqa: SIM110 - a loop, not any(): asked once per line
+            if p.collecting:
+                return True
+        return False
 
     def _track_time(self, text: str) -> None:
         """Clock facts that the skipped noise lines carry: the latest time, and a record's time.
