@@ -10,6 +10,10 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import os
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +25,7 @@ from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileSummary, check_path
 from gradwatch.sources import archive
 from gradwatch.synth import Anomaly, RunSpec, generate, write_sized
-from tests.conftest import real_samples, run_cli
+from tests.conftest import gradwatch_cmd, real_samples, run_cli
 
 SETTINGS = config.load()
 
@@ -145,14 +149,48 @@ def test_default_jobs_is_bounded() -> None:
     assert 1 <= segments.default_jobs() <= 8
 
 
-def test_cli_jobs_on_a_large_log_reports_what_one_process_reports(tmp_path: Path) -> None:
-    """The real command, large enough to be split: `python -m gradwatch` must start its workers."""
-    log = tmp_path / "main_log.txt"
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated Megatron-DeepSpeed log just over the size from which files are split."""
+    log = tmp_path_factory.mktemp("big") / "main_log.txt"
     spec = RunSpec(fmt="megatron-deepspeed", seed=12, anomalies=(Anomaly("grad_norm_spike", 60_000),))
     write_sized(log, spec, segments.MIN_PARALLEL_BYTES + (4 << 20))
-    one = run_cli("check", "--output", "json", "--jobs", "1", str(log), timeout=600)
-    two = run_cli("check", "--output", "json", "-j", "2", str(log), timeout=600)
-    assert "Traceback" not in two.stderr, two.stderr
+    return log
+
+
+def test_cli_jobs_on_a_large_log_reports_what_one_process_reports(big_log: Path) -> None:
+    """The real command, large enough to be split: `python -m gradwatch` must start its workers."""
+    one = run_cli("check", "--output", "json", "--jobs", "1", str(big_log), timeout=600)
+    two = run_cli("check", "--output", "json", "-j", "2", str(big_log), timeout=600)
+    assert two.stderr == one.stderr == ""  # no progress bar where stderr is not a terminal
     assert two.returncode == one.returncode == 1
     assert json.loads(two.stdout) == json.loads(one.stdout)
     assert any(a["detector"] == "grad_norm_spike" for a in json.loads(two.stdout)["alerts"])
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+def test_progress_shows_on_a_terminal_while_a_large_log_is_checked(big_log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    sock, session = f"gw-progress-{os.getpid()}", "check"
+    tmux = ["tmux", "-L", sock]
+    check = " ".join([*gradwatch_cmd(), "check", "--jobs", "1", "--output", "json", str(big_log)])
+    command = f"sh -c '{check} > {out}; echo CHECK-DONE; sleep 60'"
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "100", "-y", "10", command], check=True)
+    try:
+        seen, deadline = [], time.monotonic() + 120
+        while True:
+            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True)
+            rows = screen.stdout.splitlines()
+            seen += [r for r in rows if "main_log.txt" in r]
+            if any("CHECK-DONE" in r for r in rows):
+                break
+            assert time.monotonic() < deadline, "\n".join(rows)
+            time.sleep(0.1)
+        assert seen, "no progress line while checking"
+        total = f"/{big_log.stat().st_size / 1e6:.1f} MB"  # rich counts decimal megabytes
+        assert all(total in r for r in seen), seen
+        assert any("MB/s" in r for r in seen), seen  # it moved, at a speed
+        assert not any("main_log.txt" in r for r in rows)  # transient: gone when the check ends
+        assert json.loads(out.read_text())["summary"]["alerts"] >= 1
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)

@@ -179,12 +179,15 @@ def check_path(
     on_batch: Callable[[Batch], None] | None = None,
     snapshots: SnapshotWriter | None = None,
     jobs: int = 1,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> tuple[FileSummary, list[Alert]]:
     """Check one archived file, or all of standard input when `path` is None, from start to end.
 
     `on_batch` as in `FileCheck`; `snapshots` writes the evidence of each alert (and keeps the
-    read in this process); `jobs` > 1 lets a large file be parsed by that many worker processes.
+    read in this process); `jobs` > 1 lets a large file be parsed by that many worker processes;
+    `on_bytes` is told how many more bytes were read, as they are (progress bars).
     """
+    advance = on_bytes or (lambda n: None)
     check = FileCheck(STDIN if path is None else str(path), settings, fmt, on_batch)
     if snapshots is not None:
         snapshots.watch(check)
@@ -196,10 +199,11 @@ def check_path(
     try:
         chunks = read_stdin() if path is None else read_chunks(path, archive.CHUNK_BYTES)
         if snapshots is None and path is not None and segments.splittable(path, jobs):
-            alerts += _read_split(check, path, chunks, jobs)
+            alerts += _read_split(check, path, chunks, jobs, advance)
         else:
             for chunk in chunks:
                 alerts += evidenced(check.feed(chunk))
+                advance(len(chunk))
     except InputError as e:  # a missing file, or a damaged gzip: what came before it is still checked
         check.summary.error = str(e)
     alerts += evidenced(check.close())
@@ -211,22 +215,28 @@ def check_path(
     return check.summary, alerts
 
 
-def _read_split(check: FileCheck, path: Path, chunks: Iterator[bytes], jobs: int) -> list[Alert]:
+def _read_split(
+    check: FileCheck, path: Path, chunks: Iterator[bytes], jobs: int, advance: Callable[[int], None]
+) -> list[Alert]:
     """A large file: its first chunk here, then the rest by worker processes when the format
     allows it (`gradwatch.segments`), else on here exactly as `check_path` would."""
     with segments.SegmentReader(path, jobs) as reader:  # the workers start while the head is read
         head = next(chunks, b"")
         cut = head.rfind(b"\n") + 1
         alerts = check.feed(head[:cut])
+        advance(cut)
         if cut and segments.stream_ready(check.stream):
-            for batch, final in reader.batches(check.stream, cut):
+            for batch, final, size in reader.batches(check.stream, cut):
                 alerts += check.feed_batch(batch)
+                advance(size)
                 if final is not None:
                     check.stream = final
             return alerts
     alerts += check.feed(head[cut:])
+    advance(len(head) - cut)
     for chunk in chunks:
         alerts += check.feed(chunk)
+        advance(len(chunk))
     return alerts
 
 

@@ -86,6 +86,7 @@ class _Segment:
     batch: Batch  # numbered as the worker counted: line `skip + 1` is the segment's first
     skip: int
     lines: int  # lines in the segment proper
+    size: int  # its bytes
     stream: LogStream | None  # the worker's stream, for the last segment (the state after the file)
 
 
@@ -106,8 +107,9 @@ class SegmentReader:
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def batches(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None]]:
-        """Batches of the file from `head_end` on, in order, with line numbers continuing `stream`'s.
+    def batches(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
+        """Batches of the file from `head_end` on, in order, with line numbers continuing `stream`'s,
+        each with the bytes it covers.
 
         With the last batch comes the stream as it stands at the end of the file (else None).
         """
@@ -135,7 +137,7 @@ class SegmentReader:
             lines_before += segment.lines
             if segment.stream is not None:
                 segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
-            yield batch, segment.stream
+            yield batch, segment.stream, segment.size
 
 
 def segment_bounds(path: Path, start: int, size: int) -> list[tuple[int, int]]:
@@ -190,7 +192,7 @@ def read_segment(task: _Task) -> _Segment:
     except OSError as e:
         raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
     batch = _within(stream.take(), warm_lines, lines)
-    return _Segment(batch, warm_lines, lines, stream if task.last else None)
+    return _Segment(batch, warm_lines, lines, task.end - task.start, stream if task.last else None)
 
 
 def _warmup(fh: BinaryIO, start: int, size: int) -> bytes:

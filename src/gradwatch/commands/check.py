@@ -8,6 +8,7 @@ from gradwatch.alerts import Severity
 from gradwatch.config import Settings
 from gradwatch.errors import InputError, UsageError
 from gradwatch.pipeline import check_path
+from gradwatch.sinks.progress import CheckProgress
 from gradwatch.sinks.report import Report
 from gradwatch.sinks.snapshot import SnapshotWriter
 from gradwatch.sources.archive import expand_paths
@@ -38,8 +39,12 @@ def run_check(
         files += [None] if arg == "-" else expand_paths([arg])
     if not files:
         raise InputError(f"no log files found in {', '.join(paths)}")
-    for path in files:
-        summary, alerts = check_path(path, settings, fmt, snapshots=snapshots, jobs=jobs or default_jobs())
-        report.files.append(summary)
-        report.alerts.extend(alerts)
+    with CheckProgress() as progress:
+        for path in files:
+            progress.start_file(path)
+            summary, alerts = check_path(
+                path, settings, fmt, snapshots=snapshots, jobs=jobs or default_jobs(), on_bytes=progress.advance
+            )
+            report.files.append(summary)
+            report.alerts.extend(alerts)
     return report
