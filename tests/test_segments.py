@@ -145,6 +145,21 @@ def test_only_large_plain_files_with_jobs_are_split(tmp_path: Path, monkeypatch:
     assert not segments.splittable(tmp_path / "missing.log", jobs=4)
 
 
+@pytest.mark.usefixtures("small_segments")
+def test_no_worker_processes_to_be_had_means_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a login node's process limit refuses workers, the file is read here instead."""
+
+    def refuse(path: Path, jobs: int) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    path = _write(tmp_path, SPECS[0])
+    expected, expected_alerts = check_path(path, SETTINGS, jobs=1)
+    monkeypatch.setattr(segments, "SegmentReader", refuse)
+    summary, alerts = check_path(path, SETTINGS, jobs=2)
+    assert summary.error is None and summary.records == expected.records
+    assert [a.to_json() for a in alerts] == [a.to_json() for a in expected_alerts]
+
+
 def test_default_jobs_is_bounded() -> None:
     assert 1 <= segments.default_jobs() <= 8
 

@@ -7,6 +7,7 @@ chunks, or appends as a live file grows) and returns alerts as they are found; i
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,12 +221,16 @@ def _read_split(
 ) -> list[Alert]:
     """A large file: its first chunk here, then the rest by worker processes when the format
     allows it (`gradwatch.segments`), else on here exactly as `check_path` would."""
-    with segments.SegmentReader(path, jobs) as reader:  # the workers start while the head is read
+    try:
+        reader = segments.SegmentReader(path, jobs)  # the workers start while the head is read
+    except OSError:  # no processes to be had (a shared login node's limits): all of it here
+        reader = None
+    with reader or contextlib.nullcontext():
         head = next(chunks, b"")
         cut = head.rfind(b"\n") + 1
         alerts = check.feed(head[:cut])
         advance(cut)
-        if cut and segments.stream_ready(check.stream):
+        if reader is not None and cut and segments.stream_ready(check.stream):
             for batch, final, size in reader.batches(check.stream, cut):
                 alerts += check.feed_batch(batch)
                 advance(size)
