@@ -67,8 +67,12 @@ def splittable(path: Path | None, jobs: int) -> bool:
 
 
 def stream_ready(stream: LogStream) -> bool:
-    """Whether a stream that has read a file's head may be copied into workers."""
-    return stream.format_locked and not stream.collecting and not stream.has_partial_line and stream.segment_safe
+    """Whether a stream that has read a file's head may be copied into workers.
+
+    A record may still be open (OLMo's records end only when the next one begins): the first
+    segment goes on from the head exactly, without a warm-up, and finishes it.
+    """
+    return stream.format_locked and not stream.has_partial_line and stream.segment_safe
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,8 @@ class SegmentReader:
         template = pickle.dumps(stream)
         bounds = segment_bounds(self.path, head_end, SEGMENT_BYTES)
         tasks = [
-            _Task(str(self.path), template, a, b, k == len(bounds) - 1, WARMUP_BYTES) for k, (a, b) in enumerate(bounds)
+            _Task(str(self.path), template, a, b, k == len(bounds) - 1, WARMUP_BYTES if k else 0)
+            for k, (a, b) in enumerate(bounds)
         ]
         lines_before = stream.lines
         in_flight: deque[Future[_Segment]] = deque()
@@ -191,13 +196,15 @@ def read_segment(task: _Task) -> _Segment:
                 _finish_open_record(stream, fh)
     except OSError as e:
         raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
-    batch = _within(stream.take(), warm_lines, lines)
+    # Without a warm-up the segment goes on from the head: a record it finishes began there.
+    first = warm_lines if task.warmup else 0
+    batch = _within(stream.take(), first, warm_lines + lines)
     return _Segment(batch, warm_lines, lines, task.end - task.start, stream if task.last else None)
 
 
 def _warmup(fh: BinaryIO, start: int, size: int) -> bytes:
     """Whole lines from up to `size` bytes before `start`."""
-    if start == 0:
+    if start == 0 or size == 0:
         return b""
     begin = max(0, start - size - 1)
     fh.seek(begin)
@@ -219,14 +226,14 @@ def _finish_open_record(stream: LogStream, fh: BinaryIO) -> None:
         stream.feed(data)
 
 
-def _within(batch: Batch, skip: int, lines: int) -> Batch:
-    """The part of `batch` whose lines are in (skip, skip + lines]: what the segment itself holds."""
+def _within(batch: Batch, after: int, last: int) -> Batch:
+    """The part of `batch` whose lines are in (after, last]: what the segment itself holds."""
     rec = batch.records
     line = rec["line"].to_numpy()
-    keep = (line > skip) & (line <= skip + lines)
+    keep = (line > after) & (line <= last)
     if not keep.all():
         rec = rec[keep].reset_index(drop=True)
-    events = [e for e in batch.events if skip < e.line <= skip + lines]
+    events = [e for e in batch.events if after < e.line <= last]
     return dataclasses.replace(batch, records=rec, events=events)
 
 

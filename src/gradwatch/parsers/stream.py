@@ -333,13 +333,17 @@ class LogStream:
         for p in active:
             if p.collecting:
                 if p.parse(text, lineno, ts, out):
+                    self._maybe_lock(p)  # a multi-line record ends when its parser reads on
                     return
                 break
         for p in active:
             if p.parse(text, lineno, ts, out):
-                if not self._locked and not p.auxiliary and out.counts.get(p.name, 0) >= LOCK_AFTER_RECORDS:
-                    self._lock_format(p)
+                self._maybe_lock(p)
                 return
+
+    def _maybe_lock(self, parser: Parser) -> None:
+        if not self._locked and not parser.auxiliary and self.out.counts.get(parser.name, 0) >= LOCK_AFTER_RECORDS:
+            self._lock_format(parser)
 
     def _lock_format(self, main: Parser) -> None:
         """The file's format is known: from now on only its parser and the auxiliary ones read.
