@@ -497,7 +497,7 @@ def test_garbled_numbers_do_not_crash(zoo: Zoo, name: str) -> None:
 
 
 def test_step_beyond_int64_in_a_big_file_does_not_crash(tmp_path: Path) -> None:
-    """Past the first 8 MiB chunk, record lines of a known shape are read in bulk: garbage steps too."""
+    """Past the first chunk, record lines of a known shape are read in bulk: garbage steps too."""
     lines = megatron_log(34_000, interval=1).splitlines(keepends=True)
     lines[33_000] = megatron_line(10**25, 3.9, 1.5) + "\n"
     log = tmp_path / "big.log"

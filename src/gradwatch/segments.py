@@ -40,7 +40,7 @@ SEGMENT_BYTES = 16 << 20
 WARMUP_BYTES = 256 << 10
 #: How far a worker reads past its segment's end to finish a record open there.
 OVERRUN_LIMIT = 1 << 20
-_READ_BYTES = 8 << 20
+_READ_BYTES = 4 << 20
 _MAX_JOBS = 8
 
 

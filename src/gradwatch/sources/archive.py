@@ -16,7 +16,7 @@ from pathlib import Path
 from gradwatch.errors import InputError
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".jsonl")
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 
 
 def expand_paths(args: list[str]) -> list[Path]:
