@@ -241,11 +241,11 @@ class MegatronParser(Parser):
 
     def _previous_steps(self, lines: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """The step of the record before each of these bulk records (-2: none known)."""
-        known_lines = np.array([line for line, _ in self._recent], dtype=np.int64)
-        known_steps = np.array([step for _, step in self._recent], dtype=np.int64)
+        # line -1 / step -2 first: "no record before" is an entry like the others
+        known_lines = np.array([-1, *(line for line, _ in self._recent)], dtype=np.int64)
+        known_steps = np.array([-2, *(step for _, step in self._recent)], dtype=np.int64)
         k = np.searchsorted(known_lines, lines) - 1  # the last known record before each line
-        known_line = np.where(k >= 0, known_lines[np.maximum(k, 0)] if len(known_lines) else -1, -1)
-        known_step = np.where(k >= 0, known_steps[np.maximum(k, 0)] if len(known_lines) else -2, -2)
+        known_line, known_step = known_lines[k], known_steps[k]
         bulk_line = np.concatenate([[-1], lines[:-1]])
         bulk_step = np.concatenate([[-2], steps[:-1]])
         return np.where(known_line > bulk_line, known_step, bulk_step)

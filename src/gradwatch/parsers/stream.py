@@ -154,13 +154,15 @@ class LogStream:
 
     def _parse_block(self, block: bytes) -> None:
         text = block.decode("utf-8", errors="replace")
+        codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8) if text.isascii() else None
+        newlines = _newlines(text, codes)  # one pass, for line numbers and for the clock
         first = self.lines + 1
-        self.lines += text.count("\n")
+        self.lines += len(newlines)
         if self._scan is None:
             self._every_line(text, first)
         else:
-            self._candidate_lines(text, first)
-        self._track_time(text)
+            self._candidate_lines(text, first, newlines)
+        self._track_time(text, newlines, codes)
 
     def _every_line(self, text: str, first: int) -> None:
         """Slow path, for parsers that must see every line (a user regex without a literal)."""
@@ -171,7 +173,7 @@ class LogStream:
             if raw:
                 parse(raw, first + offset)
 
-    def _candidate_lines(self, text: str, lineno: int, depth: int = 0) -> None:
+    def _candidate_lines(self, text: str, lineno: int, newlines: np.ndarray, depth: int = 0) -> None:
         """Fast path: search the whole block for lines any parser could want, parse only those.
 
         While a parser collects a multi-line record (OLMo, Composer, a traceback) every line is
@@ -185,7 +187,7 @@ class LogStream:
         bulk_parser = self._main_parser()
         matches = bulk_parser.bulk_matches(text) if bulk_parser is not None else []
         shape = bulk_parser.bulk_shape() if matches and bulk_parser is not None else None
-        starts, ends, linenos = _line_bounds(text, [m.start() for m in matches], lineno)
+        starts, ends, linenos = _line_bounds(newlines, [m.start() for m in matches], lineno)
         taken = [True] * len(matches)
         i, n_bulk = 0, len(matches)  # the next bulk record
         last_line_record = -1  # position of the last record parsed line by line
@@ -232,7 +234,7 @@ class LogStream:
                 # a record read one by one changed what the bulk reader matches: read the rest again
                 done = [k for k in range(i) if taken[k] and starts[k] < pos]
                 self._flush_bulk(bulk_parser, text, matches, linenos, starts, done, last_line_record)
-                self._candidate_lines(text[pos:], lineno, depth + 1)
+                self._candidate_lines(text[pos:], lineno, newlines[newlines >= pos] - pos, depth + 1)
                 return
         done = [k for k, ok in enumerate(taken) if ok]
         self._flush_bulk(bulk_parser, text, matches, linenos, starts, done, last_line_record)
@@ -298,14 +300,14 @@ class LogStream:
                 return True
         return False
 
-    def _track_time(self, text: str) -> None:
+    def _track_time(self, text: str, newlines: np.ndarray, codes: np.ndarray | None) -> None:
         """Clock facts that the skipped noise lines carry: the latest time, and a record's time.
 
         A record without its own timestamp takes the time of the first timestamped line after it;
         the log's "now" is its last timestamped line, whatever kind of line that is.
         """
         out = self.out
-        dated = _dated_lines(text)
+        dated = _dated_lines(text, newlines, codes)
         if out.step_ts_pending and self._pending_from is not None:
             ts = _first_time(text, dated, self._pending_from)
             if ts is not None:
@@ -358,18 +360,20 @@ class LogStream:
             self._scan = _scan_regex(self._active)
 
 
-def _line_bounds(text: str, positions: list[int], first: int) -> tuple[list[int], list[int], list[int]]:
-    """Start, end (its newline) and number of the line of each position in `text` (ascending).
+def _newlines(text: str, codes: np.ndarray | None) -> np.ndarray:
+    """Positions (in characters) of the newlines of `text`; `codes` are its bytes when it is ASCII."""
+    if codes is not None:
+        return np.flatnonzero(codes == 10)
+    return np.array([m.start() for m in _NEWLINE.finditer(text)], dtype=np.int64)
 
-    `text` ends with a newline; its first line is number `first`. One vectorised pass over the
-    newlines instead of a search per position.
+
+def _line_bounds(newlines: np.ndarray, positions: list[int], first: int) -> tuple[list[int], list[int], list[int]]:
+    """Start, end (its newline) and number of the line of each position (ascending) in a text
+    with these `newlines` that ends with one and begins with line number `first`: a vectorised
+    lookup instead of a search per position.
     """
     if not positions:
         return [], [], []
-    if text.isascii():
-        newlines = np.flatnonzero(np.frombuffer(text.encode("ascii"), dtype=np.uint8) == 10)
-    else:  # positions are in characters, not bytes
-        newlines = np.array([m.start() for m in _NEWLINE.finditer(text)], dtype=np.int64)
     index = np.searchsorted(newlines, np.array(positions, dtype=np.int64))  # the newline ending each line
     starts = np.where(index > 0, newlines[np.maximum(index - 1, 0)] + 1, 0)
     return starts.tolist(), newlines[index].tolist(), (index + first).tolist()
@@ -391,16 +395,15 @@ def _scan_regex(parsers: list[Parser]) -> re.Pattern[str] | None:
 _TS_LINE = re.compile(r"^(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+)?\[?\d{4}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M)
 
 
-def _dated_lines(text: str) -> list[int]:
+def _dated_lines(text: str, newlines: np.ndarray, codes: np.ndarray | None) -> list[int]:
     """Starts of the lines of `text` (which ends with a newline) that may begin with a date.
 
-    Such a line begins with a digit or `[` (a date, or a launcher prefix before one): one
-    vectorised pass finds them, so that a block without dates (JSON lines) costs no regex scan.
+    Such a line begins with a digit or `[` (a date, or a launcher prefix before one): found from
+    the newlines at numpy speed, so that a block without dates (JSON lines) costs no regex scan.
     """
-    if not text.isascii():  # positions must be characters: the regex finds them
+    if codes is None:  # not ASCII: positions must be characters, and the regex finds them
         return [m.start() for m in _TS_LINE.finditer(text)]
-    codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-    starts = np.concatenate([[0], np.flatnonzero(codes[:-1] == 10) + 1])
+    starts = np.concatenate([[0], newlines[:-1] + 1])
     first = codes[starts]
     maybe = (first == ord("[")) | ((first >= ord("0")) & (first <= ord("9")))
     return starts[maybe].tolist()
