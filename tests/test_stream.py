@@ -124,7 +124,7 @@ def test_bulk_path_reads_a_nan_step_and_a_validation_record_in_order() -> None:
 
 # ---- the bulk readers of JSON lines, HF Trainer dicts and torchtitan lines --------------------
 
-BULK_FORMATS = ("jsonl", "hf-trainer", "torchtitan")
+BULK_FORMATS = ("megatron-deepspeed", "jsonl", "hf-trainer", "torchtitan")
 _TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n    main()'
 _TITAN = "[rank0]:[titan] 2024-03-02 08:00:30,325 - root - INFO - "
 _BAR = " 10%|█         | {}/100000 [00:10<01:30,  1.00s/it]"
@@ -180,6 +180,40 @@ ODD_LINES = {
         lambda s, n: _DS_OVERFLOW,
         lambda s, n: s + "\n" + _BAR.format(n + 2),
         lambda s, n: s + "\n" + s,
+    ],
+    # record lines that the layout search (megatron_rows) must hand to the regex or the per-line path
+    "megatron-deepspeed": [
+        lambda s, n: re.sub(r"lm loss: \S+", "lm loss: nan", s),
+        lambda s, n: re.sub(r"grad norm: \S+", "grad norm: inf", s),
+        lambda s, n: re.sub(r"grad norm: \S+", "grad norm: 1e400", s),
+        lambda s, n: re.sub(r"lm loss: \S+", "lm loss: ", s),
+        lambda s, n: s.replace("lm loss: ", "lm loss: 7 ", 1),
+        lambda s, n: s.replace("loss scale: ", "loss scale: 1.2.3", 1),
+        lambda s, n: s.replace("grad norm: ", "grad norm: 1e400", 1),
+        lambda s, n: s.replace("grad norm: ", "grad norm: +", 1),
+        lambda s, n: s.replace("grad norm: ", "grad norm: -", 1),
+        lambda s, n: s.replace("grad norm: ", "grad norm: .", 1),
+        lambda s, n: s.replace("grad norm: ", "grad norm: e", 1),
+        lambda s, n: re.sub(r"consumed samples: +\d+", "consumed samples: 1_000", s),
+        lambda s, n: s.replace(" | lm loss", " |\tlm loss", 1),
+        lambda s, n: s.replace("lm loss:", "lm  loss:", 1),
+        lambda s, n: s.replace("| lm loss", "| x: 1 | lm loss", 1),
+        lambda s, n: re.sub(r" lm loss: \S+ \|", "", s),
+        lambda s, n: s.replace("iteration ", "iteration=", 1),
+        lambda s, n: s.replace("iteration", "xiteration", 1),
+        lambda s, n: re.sub(r"iteration +(\d+)/", lambda m: f"iteration {int(m.group(1)) + 10**10}/", s),
+        lambda s, n: re.sub(r"iteration +(\d+)/", "iteration 99999999999999999999/", s),
+        lambda s, n: "[default3]:" + s,
+        lambda s, n: "[2024-03-02 08:00:29,825] " + s,
+        lambda s, n: re.sub(r"(lm loss: [-0-9.E+]*)[0-9]", "\\g<1>\u0661", s, count=1),
+        lambda s, n: s[: len(s) // 2] + "\r" + s[len(s) // 2 :],
+        lambda s, n: s + " ",
+        lambda s, n: s.rstrip("| "),
+        lambda s, n: s[: len(s) // 2],
+        lambda s, n: s + "\n" + s,
+        lambda s, n: s + "\n" + s.replace("lm loss: ", "lm loss: 9", 1),
+        lambda s, n: _TRACEBACK,
+        lambda s, n: _DS_OVERFLOW,
     ],
     "torchtitan": [
         lambda s, n: s.replace("loss: ", "loss: nan  x: ", 1),

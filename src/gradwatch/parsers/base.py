@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -103,6 +103,57 @@ class ParseOutput:
         self.events.append(Event(kind, line, _valid_step(step), ts if ts is not None else self.last_ts, data))
 
 
+@dataclass(frozen=True)
+class Block:
+    """Whole lines as the stream hands them to a bulk reader: the text, and where the text is
+    ASCII its bytes (positions in both agree) for readers that search at numpy speed."""
+
+    text: str
+    #: the text's bytes, or None when it is not ASCII
+    codes: np.ndarray | None
+    #: positions of the text's newlines (it ends with one)
+    newlines: np.ndarray
+
+
+class Hits(Protocol):
+    """The record lines a bulk reader found in a block, in order (`Parser.bulk_matches`)."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def starts(self) -> list[int]:
+        """Where each hit begins in the block's text (ascending)."""
+        ...
+
+    def step(self, k: int) -> int:
+        """The step of hit `k`: the stream tells it to the lines read one by one after it."""
+        ...
+
+    def subset(self, keep: list[int]) -> Hits:
+        """The hits at these indices (ascending): those the stream hands back to be recorded."""
+        ...
+
+
+class Matches(list[re.Match[str]]):
+    """Regex matches of record lines as `Hits`: group 1 of each is its step."""
+
+    @property
+    def starts(self) -> list[int]:
+        return [m.start() for m in self]
+
+    def step(self, k: int) -> int:
+        return int(self[k].group(1))
+
+    def subset(self, keep: list[int]) -> Matches:
+        return Matches(self[k] for k in keep)
+
+    @staticmethod
+    def of(hits: Hits) -> Matches:
+        """`hits` as the matches a regex reader handed out."""
+        assert isinstance(hits, Matches)
+        return hits
+
+
 class Parser(ABC):
     """One trainer family's line shapes."""
 
@@ -139,13 +190,13 @@ class Parser(ABC):
     def flush(self, out: ParseOutput) -> None:  # noqa: B027 - optional hook
         """Close any record still open (end of input)."""
 
-    def bulk_matches(self, text: str) -> list[re.Match[str]]:
-        """Optional fast path: whole record lines of `text` this parser can read in bulk.
+    def bulk_matches(self, block: Block) -> Hits:
+        """Optional fast path: whole record lines of `block` this parser can read in bulk.
 
         Once a file's format is known, the stream asks its parser for these and hands them to
         `bulk_records` in one call instead of one `parse` per line. Default: none.
         """
-        return []
+        return Matches()
 
     def can_bulk(self) -> bool:
         """Whether `bulk_matches` would find records now (cheap: asked after every record)."""
@@ -155,7 +206,7 @@ class Parser(ABC):
         """What `bulk_matches` matches now; a new object when that changes (e.g. a new template)."""
         return None
 
-    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
         """Record the lines found by `bulk_matches` (only called when it returned some)."""
         raise NotImplementedError
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number
-from gradwatch.parsers.base import BulkTrack, ParseOutput, Parser, lines_outside, number_table
+from gradwatch.parsers.base import Block, BulkTrack, Hits, Matches, ParseOutput, Parser, lines_outside, number_table
 
 _Q = "'\u2018\u2019\""
 # 'key': value; value = quoted string | bare token, maybe wrapped: tensor(...), np.float64(...)
@@ -215,23 +215,24 @@ class HfTrainerParser(Parser):
     def bulk_shape(self) -> object | None:
         return self._bulk.shape if self.can_bulk() else None
 
-    def bulk_matches(self, text: str) -> list[re.Match[str]]:
+    def bulk_matches(self, block: Block) -> Matches:
         """Dicts of the template's shape whose bar count is the next step, up to the first line
         that could change the count (the bulk path; see LogStream and the module docstring)."""
+        text = block.text
         template = self._bulk_template = self._template
         first = template.block.search(text) if template is not None and self.can_bulk() else None
         if template is None or first is None or int(first.group(1)) != self._step + 1:
             # none here, or bars that do not count the logged dicts (logging_steps > 1): no
             # search of the whole block; a dict read one by one may set the count right
             self._bulk.handed(0, retry=first is not None)
-            return []
+            return Matches()
         found = list(template.block.finditer(text, first.start()))
         cut = self._cut(text, found)
         counts = np.fromiter((int(m.group(1)) for m in found[:cut]), dtype=np.int64, count=cut)
         wrong = np.flatnonzero(counts != self._step + 1 + np.arange(cut))
         matches = found[: wrong[0] if len(wrong) else cut]
         self._bulk.handed(len(matches), retry=len(matches) < len(found))
-        return matches
+        return Matches(matches)
 
     def _cut(self, text: str, found: list[re.Match[str]]) -> int:
         """How many of the dicts `found` come before the first line that must be read one by one
@@ -245,11 +246,12 @@ class HfTrainerParser(Parser):
                 return before
         return cut
 
-    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
         """Bulk dicts as one columnar chunk; each one's step is its bar's count (checked to be the
         next step when it was matched)."""
         template = self._bulk_template
         assert template is not None
+        matches = Matches.of(hits)
         joined = " ".join(chain.from_iterable(m.groups() for m in matches)).replace("None", "nan")
         table = number_table(joined, len(matches))
         steps = table[:, 0].astype(np.int64)

@@ -42,7 +42,7 @@ import numpy as np
 from gradwatch.errors import ConfigError
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number, timestamp
-from gradwatch.parsers.base import BulkTrack, ParseOutput, Parser, number_table
+from gradwatch.parsers.base import Block, BulkTrack, Hits, Matches, ParseOutput, Parser, number_table
 from gradwatch.records import METRICS, is_metric
 
 DEFAULT_ALIASES: dict[str, str] = {
@@ -278,17 +278,20 @@ class JsonlParser(Parser):
     def bulk_shape(self) -> object | None:
         return self._bulk.shape if self.can_bulk() else None
 
-    def bulk_matches(self, text: str) -> list[re.Match[str]]:
+    def bulk_matches(self, block: Block) -> Matches:
         """Record lines of `text` of the template's shape (the bulk path; see LogStream)."""
         template = self._bulk_template = self._template
-        matches = list(template.block.finditer(text)) if template is not None and self.can_bulk() else []
+        matches = (
+            Matches(template.block.finditer(block.text)) if template is not None and self.can_bulk() else Matches()
+        )
         self._bulk.handed(len(matches), retry=False)
         return matches
 
-    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
         """Bulk matches as one columnar chunk: every value converted in one numpy call."""
         template = self._bulk_template
         assert template is not None
+        matches = Matches.of(hits)
         joined = " ".join(chain.from_iterable(m.groups() for m in matches)).replace("null", "nan")
         table = number_table(joined, len(matches))
         n = len(matches)

@@ -18,15 +18,14 @@ import bisect
 import contextlib
 import re
 import typing
-import warnings
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import clean, norm_key, number, timestamp
-from gradwatch.parsers.base import MAX_STEP, ParseOutput, Parser
+from gradwatch.parsers.base import MAX_STEP, Block, Hits, ParseOutput, Parser
+from gradwatch.parsers.megatron_rows import Layout, find
 
 # normalised field name -> (canonical metric, scale factor)
 _FIELDS: dict[str, tuple[str, float]] = {
@@ -150,7 +149,7 @@ class MegatronParser(Parser):
         found = template.line.match(body) if template is not None else None
         if found is None:
             metrics, nonfinite = self._fields(body)
-            self._template = _compile_template(body)
+            self._template = _compile_template(text, m)
         else:
             metrics, nonfinite = {}, []
             for spec, value in zip(template.specs, found.groups(), strict=False):  # type: ignore[union-attr]
@@ -176,57 +175,58 @@ class MegatronParser(Parser):
     def bulk_shape(self) -> object | None:
         return self._template if self.can_bulk() else None
 
-    def bulk_matches(self, text: str) -> list[re.Match[str]]:
-        """Record lines of `text` of the current template's shape (the bulk path; see LogStream).
+    def bulk_matches(self, block: Block) -> _Found:
+        """Record lines of `block` of the current template's shape (the bulk path; see LogStream).
 
         Only a template with a loss field qualifies: a record without one may be a NaN step,
-        which needs the per-line rules.
+        which needs the per-line rules. Lines are found by their layout at numpy speed
+        (`megatron_rows`); the regex reads those that the layout does not fit.
         """
         t = self._template
+        width = len(t.specs) if t is not None else 0
         if t is None or not self.can_bulk():
-            return []
+            return _Found.empty(width)
         self._bulk_template = t  # per-line records of the same block may change self._template
-        return list(t.block.finditer(text))
+        text = block.text
+        rows = None
+        if t.layout is not None and block.codes is not None:
+            rows = find(t.layout, block.codes, block.newlines)
+        if rows is None:
+            return _Found.of_matches(text, list(t.block.finditer(text)), width)
+        found = _Found(rows.at, rows.line_starts, rows.values[:, 0].astype(np.int64), rows.values)
+        odd = [m for start, end in rows.odd if (m := t.block.search(text, start, end)) is not None]
+        return found.merged(_Found.of_matches(text, odd, width)) if odd else found
 
-    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
-        """Turn bulk matches into one columnar chunk of records: numbers converted per column."""
+    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
+        """Turn bulk hits into one columnar chunk of records."""
         t = self._bulk_template
-        assert t is not None
-        groups = [m.groups() for m in matches]
-        width = 2 + len(t.specs)
-        numbers = _parse_all(groups, width)
-        if numbers is not None and np.all(numbers[:, 0] < 1e18):
-            steps, self.total_steps = numbers[:, 0].astype(np.int64), int(numbers[-1, 1])
-            columns = [(numbers[:, 2 + j], np.zeros(len(groups), dtype=bool)) for j in range(len(t.specs))]
-        else:  # an empty or odd value somewhere: column by column, value by value where needed
-            table = np.array(groups, dtype=str)
-            # a step of 19+ digits is garbage, not a step (and beyond int64): no step, as per line
-            steps = np.where(np.char.str_len(table[:, 0]) > 18, "-1", table[:, 0]).astype(np.int64)
-            self.total_steps = int(table[-1, 1]) if len(table[-1, 1]) < 19 else None
-            columns = [_to_floats(table[:, 2 + j]) for j in range(len(t.specs))]
+        assert t is not None and isinstance(hits, _Found)
+        steps = hits.steps
+        total = hits.values[-1, 1]
+        self.total_steps = int(total) if total == total else None
         metrics: dict[str, np.ndarray] = {}
         flagged: dict[str, np.ndarray] = {}
-        for (name, scale), (values, unreadable) in zip(t.specs, columns, strict=True):
-            values = values * scale
+        for j, (name, scale) in enumerate(t.specs):
+            values = hits.values[:, 2 + j] * scale
             metrics[name] = values
-            flagged[name] = ~np.isfinite(values) & ~unreadable
+            flagged[name] = ~np.isfinite(values)
         if "loss_scale" in metrics:
             metrics["loss_scale"][metrics["loss_scale"] == -1.0] = np.nan
         if "loss" in metrics and "skipped" in metrics:
             metrics["loss"][(metrics["loss"] == 0.0) & (metrics["skipped"] > 0)] = np.nan
-        nonfinite = np.full(len(matches), "", dtype=object)
-        any_bad = np.zeros(len(matches), dtype=bool)
+        n = len(hits)
+        nonfinite = np.full(n, "", dtype=object)
+        any_bad = np.zeros(n, dtype=bool)
         for mask in flagged.values():
             any_bad |= mask
         for row in np.flatnonzero(any_bad).tolist():
             nonfinite[row] = ",".join(name for name, mask in flagged.items() if mask[row])
-        ts = np.full(len(matches), np.nan)
-        for row, m in enumerate(matches):
-            start = text.rfind("\n", 0, m.start()) + 1
-            if m.start() - start >= 19:  # room for a date and time before `iteration`
-                stamp = timestamp(clean(text[start : m.start()]))
-                if stamp is not None:
-                    ts[row] = stamp
+        ts = np.full(n, np.nan)
+        # room for a date and time before `iteration`
+        for row in np.flatnonzero(hits.at - hits.line_starts >= 19).tolist():
+            stamp = timestamp(clean(text[hits.line_starts[row] : hits.at[row]]))
+            if stamp is not None:
+                ts[row] = stamp
         self._seen_loss = True
         # the same iteration printed again by another rank, right after the first copy
         fresh = steps != self._previous_steps(np.array(linenos, dtype=np.int64), steps)
@@ -337,19 +337,24 @@ class _Template:
     A run prints the same fields in the same order on every record, so after the first record a
     single regex match reads all values; a record of another shape (a NaN step without its loss
     field, a cut line) misses the template and takes the general path. `block` finds whole
-    records of this shape inside a block of lines at C speed (the bulk path).
+    records of this shape inside a block of lines at C speed, and `layout` at numpy speed (the
+    bulk path).
     """
 
     line: re.Pattern[str]
     block: re.Pattern[str]
     specs: tuple[tuple[str, float], ...]
+    layout: Layout | None
 
 
-def _compile_template(body: str) -> _Template | None:
+def _compile_template(text: str, iteration: re.Match[str]) -> _Template | None:
+    """The template of the record `text` whose `iteration N/M` is `iteration`."""
     line_pieces: list[str] = []
     block_pieces: list[str] = []
     specs: list[tuple[str, float]] = []
-    for part in body.split("|"):
+    wanted: list[int] = []  # the fields after the first pipe that are read
+    parts = text[iteration.end() :].split("|")
+    for index, part in enumerate(parts):
         i, sep = part.rfind(":"), ":"
         if i < 0:
             i, sep = part.rfind("="), "="
@@ -370,11 +375,79 @@ def _compile_template(body: str) -> _Template | None:
         block_pieces.append(r"[ \t]*" + r"[ \t]*".join(words) + r"[ \t]*" + re.escape(sep) + block_value)
         if spec is not None:
             specs.append(spec)
+            wanted.append(index - 1)
     if not specs:
         return None
     line = re.compile(r"\|".join(line_pieces) + r"$")
-    block = re.compile(r"iteration[=:]?[ \t]*(\d+)[ \t]*/[ \t]*(\d+)" + r"\|".join(block_pieces) + r"[ \t\r]*$", re.M)
-    return _Template(line, block, tuple(specs))
+    block = re.compile(r"\biteration[=:]?[ \t]*(\d+)[ \t]*/[ \t]*(\d+)" + r"\|".join(block_pieces) + r"[ \t\r]*$", re.M)
+    simple = wanted[0] >= 0 and wanted[-1] < len(parts) - 2  # neither before the first pipe nor after the last
+    layout = Layout.of(text, iteration.start(), wanted) if simple else None
+    return _Template(line, block, tuple(specs), layout)
+
+
+@dataclass
+class _Found:
+    """Bulk record lines of a block (`Hits`): where each one's `iteration` is and where its line
+    starts, and its numbers: step, total, then the template's fields.
+    was no number, which is not a NaN)."""
+
+    at: np.ndarray
+    line_starts: np.ndarray
+    steps: np.ndarray
+    values: np.ndarray
+
+    @staticmethod
+    def empty(width: int) -> _Found:
+        none = np.zeros(0, dtype=np.int64)
+        return _Found(none, none, none, np.zeros((0, 2 + width)))
+
+    @staticmethod
+    def of_matches(text: str, matches: list[re.Match[str]], width: int) -> _Found:
+        """Record lines the template regex found (the lines the layout does not fit), numbers
+        converted column by column.
+
+        A line with a value that is no number (empty, two words) is left out: the per-line path
+        reads it, which takes the field as not printed (a NaN step, if it was the loss).
+        """
+        if not matches:
+            return _Found.empty(width)
+        table = np.array([m.groups() for m in matches], dtype=str)
+        numbers = np.empty((len(matches), 2 + width))
+        # a step of 19+ digits is garbage, not a step (and beyond int64): no step, as per line
+        steps = np.where(np.char.str_len(table[:, 0]) > 18, "-1", table[:, 0]).astype(np.int64)
+        numbers[:, 0] = steps
+        numbers[:, 1] = np.where(np.char.str_len(table[:, 1]) < 19, table[:, 1], "nan").astype(np.float64)
+        readable = np.ones(len(matches), dtype=bool)
+        for j in range(width):
+            numbers[:, 2 + j], unreadable = _to_floats(table[:, 2 + j])
+            readable &= ~unreadable
+        if not readable.all():
+            keep = np.flatnonzero(readable)
+            matches = [matches[k] for k in keep.tolist()]
+            steps, numbers = steps[keep], numbers[keep]
+        at = np.array([m.start() for m in matches], dtype=np.int64)
+        line_starts = np.array([text.rfind("\n", 0, m.start()) + 1 for m in matches], dtype=np.int64)
+        return _Found(at, line_starts, steps, numbers)
+
+    def merged(self, other: _Found) -> _Found:
+        both = _Found(*(np.concatenate([a, b]) for a, b in zip(self.fields(), other.fields(), strict=True)))
+        return both.subset(np.argsort(both.at, kind="stable"))
+
+    def fields(self) -> tuple[np.ndarray, ...]:
+        return self.at, self.line_starts, self.steps, self.values
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    @property
+    def starts(self) -> list[int]:
+        return self.at.tolist()  # type: ignore[no-any-return]
+
+    def step(self, k: int) -> int:
+        return int(self.steps[k])
+
+    def subset(self, keep: list[int] | np.ndarray) -> _Found:
+        return _Found(*(a[keep] for a in self.fields()))
 
 
 def _put(metrics: dict[str, float], nonfinite: list[str], spec: tuple[str, float], value: str) -> None:
@@ -391,24 +464,6 @@ def _put(metrics: dict[str, float], nonfinite: list[str], spec: tuple[str, float
     if v != v or v in (_INF, _NEG_INF):
         nonfinite.append(name)
     metrics[name] = v
-
-
-def _parse_all(groups: list[tuple[str, ...]], width: int) -> np.ndarray | None:
-    """All captured values as one (records x width) float array, parsed in one C call.
-
-    None when the text does not split into exactly that many numbers (an empty or odd value):
-    the caller then converts column by column.
-    """
-    joined = " ".join(chain.from_iterable(groups))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # numpy warns (and stops) at text that is no number
-            values = np.fromstring(joined, dtype=np.float64, sep=" ")
-    except (ValueError, DeprecationWarning):
-        return None
-    if values.size != len(groups) * width:
-        return None
-    return values.reshape(len(groups), width)
 
 
 def _to_floats(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,8 @@ import pandas as pd
 
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers._text import clean, timestamp
-from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers.base import Block, Hits, Matches, ParseOutput, Parser
+from gradwatch.parsers.keywords import Keywords
 from gradwatch.records import RecordBuilder
 
 #: Longer lines are cut here (the rest is dropped and reported once): a 50 MB line of garbage
@@ -62,7 +63,7 @@ class LogStream:
         self._overlong = False
         self._closed = False
         self._aux = frozenset(p.name for p in parsers if p.auxiliary)
-        self._scan = _scan_regex(parsers)
+        self._scan = _keywords(parsers)
         self._active = parsers  # the parsers lines are offered to (see _lock_format)
         self._locked = False
         self._collectors = [p for p in parsers if type(p).collecting is not Parser.collecting]
@@ -152,16 +153,18 @@ class LogStream:
             partial = partial[:MAX_LINE_BYTES]
         self._partial = partial
 
-    def _parse_block(self, block: bytes) -> None:
-        text = block.decode("utf-8", errors="replace")
-        codes = np.frombuffer(text.encode("ascii"), dtype=np.uint8) if text.isascii() else None
+    def _parse_block(self, data: bytes) -> None:
+        if data.isascii():
+            text, codes = data.decode("ascii"), np.frombuffer(data, dtype=np.uint8)
+        else:
+            text, codes = data.decode("utf-8", errors="replace"), None
         newlines = _newlines(text, codes)  # one pass, for line numbers and for the clock
         first = self.lines + 1
         self.lines += len(newlines)
         if self._scan is None:
             self._every_line(text, first)
         else:
-            self._candidate_lines(text, first, newlines)
+            self._candidate_lines(Block(text, codes, newlines), first)
         self._track_time(text, newlines, codes)
 
     def _every_line(self, text: str, first: int) -> None:
@@ -173,7 +176,7 @@ class LogStream:
             if raw:
                 parse(raw, first + offset)
 
-    def _candidate_lines(self, text: str, lineno: int, newlines: np.ndarray, depth: int = 0) -> None:
+    def _candidate_lines(self, block: Block, lineno: int, depth: int = 0) -> None:
         """Fast path: search the whole block for lines any parser could want, parse only those.
 
         While a parser collects a multi-line record (OLMo, Composer, a traceback) every line is
@@ -184,12 +187,13 @@ class LogStream:
         what the bulk reader would match (the first records of a run, fp16 calibration records
         without a grad norm), the rest of the block is read again the fast way.
         """
+        text = block.text
         bulk_parser = self._main_parser()
-        matches = bulk_parser.bulk_matches(text) if bulk_parser is not None else []
-        shape = bulk_parser.bulk_shape() if matches and bulk_parser is not None else None
-        starts, ends, linenos = _line_bounds(newlines, [m.start() for m in matches], lineno)
-        taken = [True] * len(matches)
-        i, n_bulk = 0, len(matches)  # the next bulk record
+        hits = bulk_parser.bulk_matches(block) if bulk_parser is not None else Matches()
+        shape = bulk_parser.bulk_shape() if hits and bulk_parser is not None else None
+        starts, ends, linenos = _line_bounds(block.newlines, hits.starts, lineno)
+        taken = [True] * len(hits)
+        i, n_bulk = 0, len(hits)  # the next bulk record
         last_line_record = -1  # position of the last record parsed line by line
         out = self.out
         pos = 0  # everything before this position has been handled
@@ -215,7 +219,7 @@ class LogStream:
                     taken[i] = False  # a bulk-shaped line inside a multi-line record
                     i += 1
                 if i and taken[i - 1] and last_line_record < starts[i - 1]:
-                    out.last_step = int(matches[i - 1].group(1))
+                    out.last_step = hits.step(i - 1)
                 before = out.records.added
                 if end > start:
                     self._parse_line(text[start:end], lineno)
@@ -233,54 +237,53 @@ class LogStream:
             if main is not None and main.can_bulk() and main.bulk_shape() is not shape:
                 # a record read one by one changed what the bulk reader matches: read the rest again
                 done = [k for k in range(i) if taken[k] and starts[k] < pos]
-                self._flush_bulk(bulk_parser, text, matches, linenos, starts, done, last_line_record)
-                self._candidate_lines(text[pos:], lineno, newlines[newlines >= pos] - pos, depth + 1)
+                self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, last_line_record)
+                self._candidate_lines(_rest(block, pos), lineno, depth + 1)
                 return
         done = [k for k, ok in enumerate(taken) if ok]
-        self._flush_bulk(bulk_parser, text, matches, linenos, starts, done, last_line_record)
+        self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, last_line_record)
 
     def _flush_bulk(
         self,
         parser: Parser | None,
         text: str,
-        matches: list[re.Match[str]],
+        hits: Hits,
         linenos: list[int],
         starts: list[int],
         done: list[int],
         last_line_record: int,
     ) -> None:
-        """Record the bulk matches `done` (indices), keeping the facts of a later per-line record."""
+        """Record the bulk hits `done` (indices), keeping the facts of a later per-line record."""
         if not done or parser is None:
             return
         out = self.out
         line_record_after = last_line_record > starts[done[-1]]
         saved = (out.last_step, out.last_step_ts, out.step_ts_pending)
-        parser.bulk_records(text, [matches[k] for k in done], [linenos[k] for k in done], out)
+        parser.bulk_records(text, hits.subset(done), [linenos[k] for k in done], out)
         if not self._locked and out.counts.get(parser.name, 0) >= LOCK_AFTER_RECORDS:
             self._lock_format(parser)
         if line_record_after:
             out.last_step, out.last_step_ts, out.step_ts_pending = saved
         elif out.step_ts_pending:
-            self._pending_from = text.find("\n", matches[done[-1]].start()) + 1
+            self._pending_from = text.find("\n", starts[done[-1]]) + 1
 
     def _outside(self, text: str, starts: list[int], ends: list[int]) -> Iterator[int]:
         """Positions of candidate keywords in `text`, outside the bulk record lines.
 
-        The text between bulk records is searched as one joined string (one regex pass in C,
-        instead of one search per record); positions are mapped back to `text`.
+        The text between bulk records is searched as one joined string (one search in C per
+        keyword, instead of one per record); positions are mapped back to `text`.
         """
         scan = self._scan
         assert scan is not None
         if not starts:
-            return (m.start() for m in scan.finditer(text))
+            return iter(scan.positions(text))
         piece_starts = [0, *(e + 1 for e in ends)]  # where each stretch between records begins
         pieces = [text[a:b] for a, b in zip(piece_starts, [*starts, len(text)], strict=True)]
         joined_starts = list(accumulate((len(p) for p in pieces), initial=0))
         gaps = "".join(pieces)
 
         def positions() -> Iterator[int]:
-            for m in scan.finditer(gaps):
-                g = m.start()
+            for g in scan.positions(gaps):
                 k = bisect_right(joined_starts, g) - 1
                 yield piece_starts[k] + g - joined_starts[k]
 
@@ -357,7 +360,7 @@ class LogStream:
         self._active = [main] + [p for p in self.parsers if p.auxiliary]
         self._collectors = [p for p in self._active if type(p).collecting is not Parser.collecting]
         if self._scan is not None:
-            self._scan = _scan_regex(self._active)
+            self._scan = _keywords(self._active)
 
 
 def _newlines(text: str, codes: np.ndarray | None) -> np.ndarray:
@@ -365,6 +368,13 @@ def _newlines(text: str, codes: np.ndarray | None) -> np.ndarray:
     if codes is not None:
         return np.flatnonzero(codes == 10)
     return np.array([m.start() for m in _NEWLINE.finditer(text)], dtype=np.int64)
+
+
+def _rest(block: Block, pos: int) -> Block:
+    """The lines of `block` from `pos` (a line start) on."""
+    codes = None if block.codes is None else block.codes[pos:]
+    newlines = block.newlines
+    return Block(block.text[pos:], codes, newlines[newlines >= pos] - pos)
 
 
 def _line_bounds(newlines: np.ndarray, positions: list[int], first: int) -> tuple[list[int], list[int], list[int]]:
@@ -382,13 +392,12 @@ def _line_bounds(newlines: np.ndarray, positions: list[int], first: int) -> tupl
 _NEWLINE = re.compile("\n")
 
 
-def _scan_regex(parsers: list[Parser]) -> re.Pattern[str] | None:
-    """One flat alternation of the parsers' keywords (re scans it several times faster than one
-    group per parser), or None when a parser must see every line."""
+def _keywords(parsers: list[Parser]) -> Keywords | None:
+    """The parsers' keywords, or None when a parser must see every line."""
     scans = [p.scan for p in parsers]
     if any(s is None for s in scans):
         return None
-    return re.compile("|".join(dict.fromkeys(s for s in scans if s)))
+    return Keywords([s for s in scans if s])
 
 
 # A line that starts with a date and time, after an optional launcher prefix.

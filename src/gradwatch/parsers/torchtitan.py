@@ -36,7 +36,7 @@ import numpy as np
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import clean, is_nonfinite, number, timestamp, timestamps
-from gradwatch.parsers.base import BulkTrack, ParseOutput, Parser, lines_outside, number_table
+from gradwatch.parsers.base import Block, BulkTrack, Hits, Matches, ParseOutput, Parser, lines_outside, number_table
 
 _STEP = re.compile(r"(?:\b(validate)\s+)?\bstep:\s*(\d{1,18})\s+loss:\s*(\S+)")
 _FIELDS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -72,7 +72,7 @@ _LOADS = ("Loading the checkpoint", "Training starts")
 class _Round:
     """The bulk matches handed out for the block being read, for the lines read one by one in it."""
 
-    matches: list[re.Match[str]] = field(default_factory=list)
+    matches: Matches = field(default_factory=Matches)
     #: where the non-copies are in `matches`, and their steps (rising)
     fresh: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -215,9 +215,10 @@ class TorchtitanParser(Parser):
     def bulk_shape(self) -> object | None:
         return self._bulk.shape if self.can_bulk() else None
 
-    def bulk_matches(self, text: str) -> list[re.Match[str]]:
+    def bulk_matches(self, block: Block) -> Matches:
         """Metrics lines of the usual form, up to the first line that must be read one by one and
         could change the last step, and while the new steps rise (the bulk path; see LogStream)."""
+        text = block.text
         found = list(_BULK_LINE.finditer(text)) if self.can_bulk() else []
         cut = self._cut(text, found)
         steps = np.fromiter((int(m.group(1)) for m in found[:cut]), dtype=np.int64, count=cut)
@@ -228,7 +229,7 @@ class TorchtitanParser(Parser):
         stop = cut if rising.all() else int(fresh[np.argmin(rising)])
         fresh = fresh[fresh < stop]
         copies = {found[k].start() for k in np.flatnonzero(steps[:stop] == previous[:stop]).tolist()}
-        self._round = _Round(found[:stop], fresh, steps[fresh], copies, floor)
+        self._round = _Round(Matches(found[:stop]), fresh, steps[fresh], copies, floor)
         self._bulk.handed(stop, retry=stop < len(found))
         return self._round.matches
 
@@ -245,9 +246,10 @@ class TorchtitanParser(Parser):
                 return before
         return cut
 
-    def bulk_records(self, text: str, matches: list[re.Match[str]], linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
         """Bulk lines as one columnar chunk, copies from other ranks dropped: every number, the
         times' too, converted in one numpy call."""
+        matches = Matches.of(hits)
         joined = " ".join(chain.from_iterable(m.groups("nan") for m in matches))  # nan: not logged
         table = number_table(joined.replace(",", ""), len(matches))
         steps = table[:, 0].astype(np.int64)
