@@ -1,56 +1,60 @@
 """Numbers read out of many byte ranges of a block at once: the bulk readers' conversion step.
 
-The ranges are gathered into one buffer, one space after each, and numpy's C parser reads the
-buffer in one call. Before that each range is checked to hold exactly one token of number
-characters (spaces around it allowed), so that a field that is empty, holds two words or a
-`nan` cannot shift the values of the fields after it; a row with such a range is left to the
-caller's slower path. numpy reads a number as `float()` does, to the last bit.
+The ranges become one Arrow string array over the block's own bytes (no copy: the bytes between
+the ranges are values of their own, dropped by a `take`), trimmed of spaces and cast to float64
+in C. Arrow's cast (fast_float) reads every decimal number exactly as `float()` does, to the
+last bit, and refuses what `float()` refuses over the characters `0-9 . e E + -` (tested on
+all short strings of them); its one extension, `nan(...)`, is looked for. A range that is no
+number (empty, two words, `1,234`) makes its row one for the caller's slower path.
 """
 
 from __future__ import annotations
 
-import warnings
+from typing import Any
 
 import numpy as np
 
-_SPACE = ord(" ")
-#: bytes a decimal number may hold: what `float()` reads, less `nan`, `inf` and underscores
-_NUMBER_BYTE = np.zeros(256, dtype=bool)
-_NUMBER_BYTE[np.frombuffer(b"0123456789.eE+-", dtype=np.uint8)] = True
+#: what `float()` reads from ASCII text (less underscores, which the per-line path handles)
+_FLOAT = r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:nan|inf|infinity))$"
 
 
-def numbers_at(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """The number in each range `codes[starts:ends]`, for ranges given as rows of `k` columns.
+def numbers_at(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The number in each range `codes[starts:ends]`, for ranges given as rows of `k` columns,
+    ascending and apart (each ends at or before the next one starts); `codes` is ASCII.
 
-    Returns (values of the rows that qualified, (rows, k); which rows qualified), or None when a
-    range that looked like a number is none (`1.2.3`): the caller then reads the block its
-    slower way. `ends` must be valid positions of `codes` (the byte after each range: a
-    separator such as `|`, overwritten in the copy).
+    Returns (values of the rows whose every range is a number, (rows, k); which rows those are).
     """
+    import pyarrow as pa  # not at module level: `gradwatch --help` and small files do without
+    import pyarrow.compute as pc
+
     rows, k = starts.shape
     if rows == 0:
         return np.zeros((0, k)), np.zeros(0, dtype=bool)
-    first = starts.ravel()
-    lengths = ends.ravel() - first
-    width = lengths + 1  # the range and the separator after it
-    offsets = np.cumsum(width) - width
-    total = int(offsets[-1] + width[-1])
-    buf = codes[np.arange(total) + np.repeat(first - offsets, width)]
-    buf[offsets + lengths] = _SPACE
-    filled = buf != _SPACE
-    begins = filled.copy()  # the first byte of each run of non-spaces
-    begins[1:] &= ~filled[:-1]
-    runs = np.add.reduceat(begins, offsets, dtype=np.intp)
-    odd = np.logical_or.reduceat(filled & ~_NUMBER_BYTE[buf], offsets)
-    ok = ((runs == 1) & ~odd).reshape(rows, k).all(axis=1)
-    if not ok.all():
-        buf = buf[np.repeat(np.repeat(ok, k), width)]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # numpy only warns (and stops) at text that is no number
-            values = np.fromstring(buf.tobytes(), dtype=np.float64, sep=" ")
-    except (ValueError, DeprecationWarning):
-        return None
-    if values.size != int(ok.sum()) * k:
-        return None
+    n = rows * k
+    bounds = np.empty(2 * n + 2, dtype=np.int32)  # the ranges and what lies between them
+    bounds[0], bounds[-1] = 0, len(codes)
+    bounds[1:-1:2], bounds[2:-1:2] = starts.ravel(), ends.ravel()
+    pieces = pa.StringArray.from_buffers(2 * n + 1, pa.py_buffer(bounds), pa.py_buffer(codes))
+    tokens = pc.ascii_trim_whitespace(pieces.take(pa.array(np.arange(1, 2 * n, 2))))
+    values = _floats(tokens)
+    if values is not None:
+        return values.reshape(rows, k), np.ones(rows, dtype=bool)
+    good = pc.match_substring_regex(tokens, _FLOAT).to_numpy(zero_copy_only=False)
+    ok = good.reshape(rows, k).all(axis=1)
+    values = _floats(tokens.filter(pa.array(np.repeat(ok, k))))
+    if values is None:  # cannot be: what is left matches the grammar
+        return np.zeros((0, k)), np.zeros(rows, dtype=bool)
     return values.reshape(-1, k), ok
+
+
+def _floats(tokens: Any) -> np.ndarray | None:
+    """The tokens as float64, or None when one is no number as `float()` reads numbers."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pc.any(pc.match_substring(tokens, "(")).as_py():
+        return None  # Arrow reads `nan(...)`, `float()` does not
+    try:
+        return pc.cast(tokens, pa.float64()).to_numpy()  # type: ignore[no-any-return]
+    except pa.ArrowInvalid:
+        return None

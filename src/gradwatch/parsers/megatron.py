@@ -188,11 +188,9 @@ class MegatronParser(Parser):
             return _Found.empty(width)
         self._bulk_template = t  # per-line records of the same block may change self._template
         text = block.text
-        rows = None
-        if t.layout is not None and block.codes is not None:
-            rows = find(t.layout, block.codes, block.newlines)
-        if rows is None:
+        if t.layout is None or block.codes is None:
             return _Found.of_matches(text, list(t.block.finditer(text)), width)
+        rows = find(t.layout, block.codes, block.newlines)
         found = _Found(rows.at, rows.line_starts, rows.values[:, 0].astype(np.int64), rows.values)
         odd = [m for start, end in rows.odd if (m := t.block.search(text, start, end)) is not None]
         return found.merged(_Found.of_matches(text, odd, width)) if odd else found

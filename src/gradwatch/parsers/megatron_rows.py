@@ -85,10 +85,9 @@ class Rows:
     odd: list[tuple[int, int]]
 
 
-def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows | None:
-    """The record lines of `layout`'s shape in a block (`codes`, its bytes; `newlines`, the
-    positions of its newlines, one ending each line). None: a value looked like a number and was
-    none, so the block is read the regex way."""
+def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
+    """The record lines of `layout`'s shape in a block (`codes`, its bytes, ASCII; `newlines`,
+    the positions of its newlines, one ending each line)."""
     pipes = np.flatnonzero(codes == _PIPE)
     k = len(layout.keys) + 1
     counts = np.bincount(np.searchsorted(newlines, pipes), minlength=len(newlines))
@@ -125,10 +124,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows | None
         [at_ok + layout.step_from, at_ok + layout.slash + 1, pipes_ok[:, wanted] + 1 + key_len]
     )
     token_ends = np.column_stack([at_ok + layout.slash, pipes_ok[:, 0], pipes_ok[:, wanted + 1]])
-    read = numbers_at(codes, token_starts, token_ends)
-    if read is None:
-        return None
-    values, good = read
+    values, good = numbers_at(codes, token_starts, token_ends)
     small = values[:, 0] < _MAX_STEP
     values, good_rows = values[small], chosen[good][small]
     accepted = np.zeros(len(lines), dtype=bool)
