@@ -1,16 +1,21 @@
 """Where the parsers' keywords occur in a block: the stream's search for lines worth parsing.
 
-The parsers' `scan` patterns are top-level alternations (`iteration|checkpoint|step=\\d`). One
-regex of all their branches makes `re` try every branch at every position; searching each
-branch on its own is several times faster: a plain string with `str.find` (C's fast search), a
-branch with regex syntax with a regex of its own, which `re` scans for its literal prefix.
-A line holding a match of the alternation holds a match of one of its branches and the other
-way round, so the lines found are the same.
+The parsers' `scan` patterns are top-level alternations (`iteration|checkpoint|step=\\d`). In an
+ASCII block the lines that hold a match are found by RE2 (Arrow's `match_substring_regex` over
+the block's lines, a DFA: one pass whatever the number of keywords), where RE2 reads the
+alternation as `re` does (it compiles; on ASCII text `\\d`, `\\b` and `\\s` mean the same to both).
+Otherwise `re` searches: one regex of all the branches makes it try every branch at every
+position, so each branch is searched on its own, a plain string with `str.find` (C's fast
+search), a branch with regex syntax with a regex of its own. A line holding a match of the
+alternation holds a match of one of its branches and the other way round, so the lines found
+are the same.
 """
 
 from __future__ import annotations
 
 import re
+
+import numpy as np
 
 _SPECIAL = frozenset(".^$*+?{}[]|()")
 
@@ -19,6 +24,8 @@ class Keywords:
     """The branches of some `scan` patterns, searched one by one."""
 
     def __init__(self, patterns: list[str]) -> None:
+        self.pattern = "|".join(dict.fromkeys(patterns))
+        self._re2: bool | None = None  # whether RE2 reads the alternation (asked when first needed)
         branches = dict.fromkeys(b for p in patterns for b in split_branches(p))
         self.strings: list[str] = []
         self.regexes: list[re.Pattern[str]] = []
@@ -28,6 +35,22 @@ class Keywords:
                 self.strings.append(literal)
             else:  # regex syntax, or an empty branch (which matches everywhere)
                 self.regexes.append(re.compile(branch))
+
+    def lines(self, codes: np.ndarray, newlines: np.ndarray) -> np.ndarray | None:
+        """Indices of the lines of an ASCII block (`codes`, its bytes, ending with a newline at
+        each of `newlines`) that hold a keyword; None where RE2 cannot read the alternation."""
+        import pyarrow as pa  # not at module level: small files do without
+        import pyarrow.compute as pc
+
+        if self._re2 is None:
+            self._re2 = _re2_reads(self.pattern)
+        if not self._re2:
+            return None
+        bounds = np.empty(len(newlines) + 1, dtype=np.int32)
+        bounds[0], bounds[1:] = 0, newlines + 1
+        lines = pa.StringArray.from_buffers(len(newlines), pa.py_buffer(bounds), pa.py_buffer(codes))
+        found: np.ndarray = pc.match_substring_regex(lines, self.pattern).to_numpy(zero_copy_only=False)
+        return np.flatnonzero(found)
 
     def positions(self, text: str) -> list[int]:
         """The start of every match in `text`, ascending (one per position)."""
@@ -40,6 +63,21 @@ class Keywords:
         for regex in self.regexes:
             found += [m.start() for m in regex.finditer(text)]
         return sorted(set(found)) if len(self.strings) + len(self.regexes) > 1 else found
+
+
+def _re2_reads(pattern: str) -> bool:
+    """Whether RE2 reads `pattern` as `re` does on ASCII text: it compiles (no lookarounds, no
+    backreferences) and has no `\\s`, which to `re` also means \\v and \\x1c-\\x1f."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if re.search(r"\\[sS]", pattern):
+        return False
+    try:
+        pc.match_substring_regex(pa.array(["x"]), pattern)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
 
 
 def split_branches(pattern: str) -> list[str]:

@@ -197,7 +197,7 @@ class LogStream:
         last_line_record = -1  # position of the last record parsed line by line
         out = self.out
         pos = 0  # everything before this position has been handled
-        candidates = self._outside(text, starts, ends)
+        candidates = self._outside(block, starts, ends, linenos, lineno)
         open_record = self._collecting()  # a multi-line record left open by the previous block
         while True:
             if open_record:
@@ -267,14 +267,24 @@ class LogStream:
         elif out.step_ts_pending:
             self._pending_from = text.find("\n", starts[done[-1]]) + 1
 
-    def _outside(self, text: str, starts: list[int], ends: list[int]) -> Iterator[int]:
-        """Positions of candidate keywords in `text`, outside the bulk record lines.
+    def _outside(
+        self, block: Block, starts: list[int], ends: list[int], linenos: list[int], first: int
+    ) -> Iterator[int]:
+        """Positions of candidate keywords in `block`, outside the bulk record lines (at `starts`
+        to `ends`, numbered `linenos`; the block's first line is number `first`).
 
-        The text between bulk records is searched as one joined string (one search in C per
-        keyword, instead of one per record); positions are mapped back to `text`.
+        In an ASCII block the lines with a keyword are found at once and the bulk lines taken out
+        of them. Otherwise the text between bulk records is searched as one joined string (one
+        search in C per keyword, instead of one per record); positions are mapped back.
         """
         scan = self._scan
         assert scan is not None
+        text = block.text
+        found = None if block.codes is None else scan.lines(block.codes, block.newlines)
+        if found is not None:
+            found = found[~np.isin(found, np.array(linenos, dtype=np.int64) - first)]
+            newlines = block.newlines
+            return iter(np.where(found > 0, newlines[found - 1] + 1, 0).tolist())
         if not starts:
             return iter(scan.positions(text))
         piece_starts = [0, *(e + 1 for e in ends)]  # where each stretch between records begins
