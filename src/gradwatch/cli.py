@@ -541,7 +541,7 @@ def _plugin_origin(kind: str, name: str) -> str:
     "out_path",
     required=True,
     type=click.Path(dir_okay=False),
-    help="Output file: .csv, .jsonl or .parquet (parquet needs pyarrow).",
+    help="Output file: .csv, .jsonl or .parquet.",
 )
 @CONFIG_OPTION
 @click.option("--format", "fmt", default=None, metavar="NAME", help="Read PATH as format NAME.")

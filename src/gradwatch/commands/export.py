@@ -19,11 +19,6 @@ def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) ->
     suffix = Path(out_path).suffix.lower()
     if suffix not in SUFFIXES:
         raise UsageError(f"--out {out_path}: unknown type {suffix or '(none)'}; use {', '.join(SUFFIXES)}")
-    if suffix == ".parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise UsageError("parquet export needs pyarrow: pip install 'gradwatch[parquet]'") from None
     stream = LogStream(build_parsers(settings, fmt), path)
     frames: list[pd.DataFrame] = []
     for chunk in read_chunks(Path(path)):
