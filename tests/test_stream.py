@@ -128,6 +128,10 @@ BULK_FORMATS = ("megatron-deepspeed", "jsonl", "hf-trainer", "torchtitan")
 _TRACEBACK = 'Traceback (most recent call last):\n  File "train.py", line 3, in <module>\n    main()'
 _TITAN = "[rank0]:[titan] 2024-03-02 08:00:30,325 - root - INFO - "
 _BAR = " 10%|█         | {}/100000 [00:10<01:30,  1.00s/it]"
+_DS_PROGRESS = (
+    "[2024-03-02 10:32:28,543] [INFO] [logging.py:60:log_dist] [Rank 0] step={n}, skipped=5, "
+    "lr=[2.712e-05, 2.712e-05], mom=[(0.9, 0.95), (0.9, 0.95)]"
+)
 _DS_OVERFLOW = (
     "[2024-03-02 08:00:29,825] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! "
     "Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768"
@@ -214,6 +218,17 @@ ODD_LINES = {
         lambda s, n: s + "\n" + s.replace("lm loss: ", "lm loss: 9", 1),
         lambda s, n: _TRACEBACK,
         lambda s, n: _DS_OVERFLOW,
+        # DeepSpeed progress lines, which the stream reads all at once where nothing else wants them
+        lambda s, n: s + "\n" + _DS_PROGRESS.format(n=n),
+        lambda s, n: s + "\n" + _DS_PROGRESS.format(n=n).replace("mom=[", "mom=[checkpoint "),
+        lambda s, n: s + "\n" + _DS_PROGRESS.format(n=n).replace("mom=[", "mom=[loss scale "),
+        lambda s, n: s + "\n" + _DS_PROGRESS.format(n=n).replace("lr=[", "lr=[]"),
+        lambda s, n: s + "\n" + _DS_PROGRESS.format(n=n).replace("-03-", "-13-"),
+        lambda s, n: s + "\n[default0]:" + _DS_PROGRESS.format(n=n),
+        lambda s, n: s + "\n" + _DS_PROGRESS.format(n=n) + "\r" + _DS_PROGRESS.format(n=n + 1),
+        lambda s, n: _TRACEBACK + "\n" + _DS_PROGRESS.format(n=n),
+        lambda s, n: s[: len(s) // 2] + "\n" + _DS_PROGRESS.format(n=n),
+        lambda s, n: s.rstrip("| ") + "\n" + _DS_PROGRESS.format(n=n) + "\n" + s,
     ],
     "torchtitan": [
         lambda s, n: s.replace("loss: ", "loss: nan  x: ", 1),

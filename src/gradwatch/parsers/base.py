@@ -210,6 +210,33 @@ class Parser(ABC):
         """Record the lines found by `bulk_matches` (only called when it returned some)."""
         raise NotImplementedError
 
+    def aux_lines(self, block: Block, lines: np.ndarray, out: ParseOutput) -> AuxLines | None:
+        """Optional fast path for an auxiliary parser's frequent lines (DeepSpeed's progress): of
+        the block's candidate `lines` (indices, ascending), those it reads all at once.
+
+        Only lines whose reading depends on nothing but the line qualify, and only lines that
+        no parser ahead of this one would take (the stream checks their keywords). The stream
+        leaves them out of the per-line path, except where a multi-line record is open, and
+        hands the rest to `aux_events`, whose events it puts in line order. Default: none.
+        """
+        return None
+
+    def aux_events(self, found: AuxLines, linenos: np.ndarray, out: ParseOutput) -> None:
+        """Write the events of the lines `found` (by `aux_lines`), numbered `linenos`."""
+        raise NotImplementedError
+
+
+@dataclass
+class AuxLines:
+    """Lines an auxiliary parser reads for a whole block: their indices in the block, and per
+    line what it needs to write their events (`Parser.aux_lines`)."""
+
+    lines: np.ndarray
+    data: dict[str, np.ndarray]
+
+    def subset(self, keep: np.ndarray) -> AuxLines:
+        return AuxLines(self.lines[keep], {name: values[keep] for name, values in self.data.items()})
+
 
 def number_table(joined: str, rows: int) -> np.ndarray:
     """The numbers of space-separated text as `rows` rows, parsed in one C call (bulk readers

@@ -10,9 +10,13 @@ from __future__ import annotations
 import contextlib
 import re
 
+import numpy as np
+
 from gradwatch.events import EventKind
-from gradwatch.parsers._text import number
-from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers._text import number, timestamps
+from gradwatch.parsers._tokens import numbers_at
+from gradwatch.parsers.base import AuxLines, Block, ParseOutput, Parser
+from gradwatch.parsers.keywords import line_array
 
 _ATTEMPTED = re.compile(r"Attempted loss scale:\s*([\d.eE+-]+),\s*(?:reducing to\s*([\d.eE+-]+)|but hysteresis)")
 _REDUCING = re.compile(r"Reducing dynamic loss scale from\s*([\d.eE+-]+)\s*to\s*([\d.eE+-]+)")
@@ -20,6 +24,15 @@ _INCREASING = re.compile(r"Increasing dynamic loss scale from\s*([\d.eE+-]+)\s*t
 _PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^,\]]+)")
 _PIPE_STEPS = re.compile(r"\bsteps: (\d+) loss: (\S+) .*?iter time \(s\): (\S+)")
 _SAVING = re.compile(r"Saving model checkpoint: .*?global_step(\d+)")
+#: the progress line as DeepSpeed's logger prints it, read for a whole block at once (RE2, on
+#: lines without launcher prefixes or escapes): the time at fixed places; nothing before `step=`
+#: can hold `] step=`, `, skipped=` or `, lr=`; and `lr=[` is followed by what `_PROGRESS` needs
+_PROGRESS_LINE = (
+    r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[[A-Z]+\] \[[\w.:-]*\] \[Rank \d+\] "
+    r"step=\d{1,18}, skipped=\d{1,18}, lr=\[[^,\]\x1b\r\n][^\x1b\r\n]*\n?$"
+)
+#: where year, month, day, hour, minute, second and milliseconds are in such a line
+_TIME_DIGITS = ((1, 4), (6, 2), (9, 2), (12, 2), (15, 2), (18, 2), (21, 3))
 
 
 class DeepSpeedParser(Parser):
@@ -78,6 +91,46 @@ class DeepSpeedParser(Parser):
             out.event(EventKind.CHECKPOINT_SAVE, line, int(m.group(1)) if m else out.last_step, ts)
             return True
         return False
+
+    def aux_lines(self, block: Block, lines: np.ndarray, out: ParseOutput) -> AuxLines | None:
+        """The progress lines among `lines` of an ASCII block, in a file whose records another
+        parser writes (so that they are events only): their step, skip count and time."""
+        if block.codes is None or not out.counts.keys() - {self.name}:
+            return None
+        import pyarrow.compute as pc  # not at module level: small files do without
+
+        codes, newlines = block.codes, block.newlines
+        taken = line_array(codes, newlines, lines)
+        ok = pc.match_substring_regex(taken, _PROGRESS_LINE).to_numpy(zero_copy_only=False)
+        ok &= ~pc.match_substring_regex(taken, "verflow|loss scale").to_numpy(zero_copy_only=False)  # other branches
+        index = lines[ok]
+        if not len(index):
+            return None
+        starts = np.where(index > 0, newlines[index - 1] + 1, 0)
+        fields = np.zeros((len(index), len(_TIME_DIGITS)), dtype=np.int64)
+        for j, (at, width) in enumerate(_TIME_DIGITS):
+            for k in range(width):
+                fields[:, j] = fields[:, j] * 10 + codes[starts + at + k] - ord("0")
+        ts = timestamps(fields)
+        taken = taken.filter(ok)
+
+        def find(word: str) -> np.ndarray:
+            return starts + pc.find_substring(taken, word).to_numpy(zero_copy_only=False)
+
+        step_at, skipped_at, lr_at = find("] step="), find(", skipped="), find(", lr=")
+        tokens = np.column_stack([step_at + 7, skipped_at + 10]), np.column_stack([skipped_at, lr_at])
+        values, read = numbers_at(codes, *tokens)
+        keep = read & ~np.isnan(ts)  # no such month: the per-line path gives the line no time
+        found = AuxLines(index[keep], {"ts": ts[keep]})
+        found.data["step"], found.data["skipped"] = values[keep[read]].astype(np.int64).T
+        return found
+
+    def aux_events(self, found: AuxLines, linenos: np.ndarray, out: ParseOutput) -> None:
+        data = found.data
+        for line, step, skipped, ts in zip(
+            linenos.tolist(), data["step"].tolist(), data["skipped"].tolist(), data["ts"].tolist(), strict=True
+        ):
+            out.event(EventKind.SKIP_COUNT, line, step, ts, skipped=skipped)
 
     def _scale(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if "already at minimum" in text:

@@ -14,6 +14,7 @@ are the same.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
@@ -36,21 +37,19 @@ class Keywords:
             else:  # regex syntax, or an empty branch (which matches everywhere)
                 self.regexes.append(re.compile(branch))
 
-    def lines(self, codes: np.ndarray, newlines: np.ndarray) -> np.ndarray | None:
+    def lines(self, codes: np.ndarray, newlines: np.ndarray, among: np.ndarray | None = None) -> np.ndarray | None:
         """Indices of the lines of an ASCII block (`codes`, its bytes, ending with a newline at
-        each of `newlines`) that hold a keyword; None where RE2 cannot read the alternation."""
-        import pyarrow as pa  # not at module level: small files do without
-        import pyarrow.compute as pc
+        each of `newlines`) that hold a keyword, of all lines or of those `among` (indices,
+        ascending); None where RE2 cannot read the alternation."""
+        import pyarrow.compute as pc  # not at module level: small files do without
 
         if self._re2 is None:
             self._re2 = _re2_reads(self.pattern)
         if not self._re2:
             return None
-        bounds = np.empty(len(newlines) + 1, dtype=np.int32)
-        bounds[0], bounds[1:] = 0, newlines + 1
-        lines = pa.StringArray.from_buffers(len(newlines), pa.py_buffer(bounds), pa.py_buffer(codes))
-        found: np.ndarray = pc.match_substring_regex(lines, self.pattern).to_numpy(zero_copy_only=False)
-        return np.flatnonzero(found)
+        found = pc.match_substring_regex(line_array(codes, newlines, among), self.pattern)
+        hit: np.ndarray = found.to_numpy(zero_copy_only=False)
+        return np.flatnonzero(hit) if among is None else among[hit]
 
     def positions(self, text: str) -> list[int]:
         """The start of every match in `text`, ascending (one per position)."""
@@ -63,6 +62,18 @@ class Keywords:
         for regex in self.regexes:
             found += [m.start() for m in regex.finditer(text)]
         return sorted(set(found)) if len(self.strings) + len(self.regexes) > 1 else found
+
+
+def line_array(codes: np.ndarray, newlines: np.ndarray, among: np.ndarray | None = None) -> Any:
+    """The lines of an ASCII block (`codes`, its bytes; `newlines`, where its lines end), or
+    those `among` (indices), as an Arrow string array over the block's bytes (no copy of all).
+    A line's value holds its newline."""
+    import pyarrow as pa
+
+    bounds = np.empty(len(newlines) + 1, dtype=np.int32)
+    bounds[0], bounds[1:] = 0, newlines + 1
+    lines = pa.StringArray.from_buffers(len(newlines), pa.py_buffer(bounds), pa.py_buffer(codes))
+    return lines if among is None else lines.take(pa.array(among))
 
 
 def _re2_reads(pattern: str) -> bool:

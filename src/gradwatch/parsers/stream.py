@@ -19,7 +19,7 @@ import pandas as pd
 
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers._text import clean, timestamp
-from gradwatch.parsers.base import Block, Hits, Matches, ParseOutput, Parser
+from gradwatch.parsers.base import AuxLines, Block, Hits, Matches, ParseOutput, Parser
 from gradwatch.parsers.keywords import Keywords
 from gradwatch.records import RecordBuilder
 
@@ -53,6 +53,9 @@ class Batch:
 class LogStream:
     """Parses one file incrementally with a fixed set of parsers."""
 
+    #: see __init__ (a class default, so that streams pickled in older scan states have it)
+    _aux_readers: list[tuple[Parser, Keywords | None]] = []
+
     def __init__(self, parsers: list[Parser], path: str = "") -> None:
         self.path = path
         self.parsers = parsers
@@ -68,6 +71,9 @@ class LogStream:
         self._locked = False
         self._collectors = [p for p in parsers if type(p).collecting is not Parser.collecting]
         self._pending_from: int | None = None
+        #: auxiliary parsers that read their frequent lines for a whole block at once, with the
+        #: keywords of the parsers ahead of them (set when the format is locked)
+        self._aux_readers: list[tuple[Parser, Keywords | None]] = []
 
     @property
     def format(self) -> str | None:
@@ -197,7 +203,13 @@ class LogStream:
         last_line_record = -1  # position of the last record parsed line by line
         out = self.out
         pos = 0  # everything before this position has been handled
-        candidates = self._outside(block, starts, ends, linenos, lineno)
+        candidates, lines = self._outside(block, starts, ends, linenos, lineno)
+        aux = _NO_AUX
+        if lines is not None and self._aux_readers:
+            aux = self._aux_lines(block, lines, lineno)
+            if aux.starts:  # read all at once, after the loop: not candidates
+                lines = lines[~np.isin(lines, aux.lines)]
+                candidates = iter(np.where(lines > 0, block.newlines[lines - 1] + 1, 0).tolist())
         open_record = self._collecting()  # a multi-line record left open by the previous block
         while True:
             if open_record:
@@ -220,6 +232,8 @@ class LogStream:
                     i += 1
                 if i and taken[i - 1] and last_line_record < starts[i - 1]:
                     out.last_step = hits.step(i - 1)
+                if aux.starts and start in aux.starts:
+                    aux.inside.add(start)  # a line of a multi-line record: read one by one
                 before = out.records.added
                 if end > start:
                     self._parse_line(text[start:end], lineno)
@@ -238,10 +252,51 @@ class LogStream:
                 # a record read one by one changed what the bulk reader matches: read the rest again
                 done = [k for k in range(i) if taken[k] and starts[k] < pos]
                 self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, last_line_record)
+                self._write_aux(aux, pos)
                 self._candidate_lines(_rest(block, pos), lineno, depth + 1)
                 return
         done = [k for k, ok in enumerate(taken) if ok]
         self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, last_line_record)
+        self._write_aux(aux, len(text))
+
+    def _aux_lines(self, block: Block, lines: np.ndarray, first: int) -> _AuxRound:
+        """Of the candidate `lines` (indices), those that auxiliary parsers read all at once
+        (`Parser.aux_lines`): the ones without a keyword of a parser ahead, which would be
+        offered them first. The block's first line is number `first`."""
+        found: list[tuple[Parser, AuxLines, np.ndarray]] = []
+        codes = block.codes
+        newlines = block.newlines
+        assert codes is not None
+        left = lines
+        for parser, ahead in self._aux_readers:
+            free = left
+            if ahead is not None:
+                theirs = ahead.lines(codes, block.newlines, left)
+                if theirs is None:
+                    continue  # RE2 cannot tell which: every line goes to the parsers
+                free = left[~np.isin(left, theirs)]
+            mine = parser.aux_lines(block, free, self.out) if len(free) else None
+            if mine is not None and len(mine.lines):
+                found.append((parser, mine, np.where(mine.lines > 0, newlines[mine.lines - 1] + 1, 0)))
+                left = left[~np.isin(left, mine.lines)]
+        if not found:
+            return _NO_AUX
+        taken = np.concatenate([f.lines for _, f, _ in found])
+        starts = dict.fromkeys(np.concatenate([s for _, _, s in found]).tolist())
+        return _AuxRound(found, taken, starts, set(), first, len(self.out.events))
+
+    def _write_aux(self, aux: _AuxRound, limit: int) -> None:
+        """Write the events of the lines read all at once that start before `limit` (and that
+        no multi-line record took), then put the block's events in line order."""
+        if not aux.starts:
+            return
+        out = self.out
+        for parser, found, starts in aux.found:
+            keep = np.array([s < limit and s not in aux.inside for s in starts.tolist()], dtype=bool)
+            if keep.any():
+                parser.aux_events(found.subset(keep), aux.first + found.lines[keep], out)
+        events = out.events
+        events[aux.events_before :] = sorted(events[aux.events_before :], key=lambda e: e.line)
 
     def _flush_bulk(
         self,
@@ -269,9 +324,10 @@ class LogStream:
 
     def _outside(
         self, block: Block, starts: list[int], ends: list[int], linenos: list[int], first: int
-    ) -> Iterator[int]:
+    ) -> tuple[Iterator[int], np.ndarray | None]:
         """Positions of candidate keywords in `block`, outside the bulk record lines (at `starts`
-        to `ends`, numbered `linenos`; the block's first line is number `first`).
+        to `ends`, numbered `linenos`; the block's first line is number `first`), and the
+        indices of their lines where these are known.
 
         In an ASCII block the lines with a keyword are found at once and the bulk lines taken out
         of them. Otherwise the text between bulk records is searched as one joined string (one
@@ -284,9 +340,9 @@ class LogStream:
         if found is not None:
             found = found[~np.isin(found, np.array(linenos, dtype=np.int64) - first)]
             newlines = block.newlines
-            return iter(np.where(found > 0, newlines[found - 1] + 1, 0).tolist())
+            return iter(np.where(found > 0, newlines[found - 1] + 1, 0).tolist()), found
         if not starts:
-            return iter(scan.positions(text))
+            return iter(scan.positions(text)), None
         piece_starts = [0, *(e + 1 for e in ends)]  # where each stretch between records begins
         pieces = [text[a:b] for a, b in zip(piece_starts, [*starts, len(text)], strict=True)]
         joined_starts = list(accumulate((len(p) for p in pieces), initial=0))
@@ -297,7 +353,7 @@ class LogStream:
                 k = bisect_right(joined_starts, g) - 1
                 yield piece_starts[k] + g - joined_starts[k]
 
-        return positions()
+        return positions(), None
 
     def _main_parser(self) -> Parser | None:
         """The file's main parser, once it has produced records."""
@@ -369,8 +425,28 @@ class LogStream:
         self._locked = True
         self._active = [main] + [p for p in self.parsers if p.auxiliary]
         self._collectors = [p for p in self._active if type(p).collecting is not Parser.collecting]
+        self._aux_readers = []
+        for k, parser in enumerate(self._active):
+            if type(parser).aux_lines is not Parser.aux_lines:
+                scans = [p.scan for p in self._active[:k] if p.scan]
+                self._aux_readers.append((parser, Keywords(scans) if scans else None))
         if self._scan is not None:
             self._scan = _keywords(self._active)
+
+
+@dataclass
+class _AuxRound:
+    """The lines of one block that auxiliary parsers read all at once (`LogStream._aux_lines`)."""
+
+    found: list[tuple[Parser, AuxLines, np.ndarray]]  # with where each line starts
+    lines: np.ndarray  # their indices, all parsers'
+    starts: dict[int, None]  # where they start (a dict: fast membership, in order)
+    inside: set[int]  # starts of those that a multi-line record took, read one by one
+    first: int  # number of the block's first line
+    events_before: int  # events written before the block
+
+
+_NO_AUX = _AuxRound([], np.zeros(0, dtype=np.int64), {}, set(), 0, 0)
 
 
 def _newlines(text: str, codes: np.ndarray | None) -> np.ndarray:
