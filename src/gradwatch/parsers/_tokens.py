@@ -52,7 +52,7 @@ def _floats(tokens: Any) -> np.ndarray | None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if pc.any(pc.match_substring(tokens, "(")).as_py():
+    if (np.frombuffer(tokens.buffers()[2], dtype=np.uint8) == ord("(")).any():
         return None  # Arrow reads `nan(...)`, `float()` does not
     try:
         return pc.cast(tokens, pa.float64()).to_numpy()  # type: ignore[no-any-return]

@@ -90,17 +90,20 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     the positions of its newlines, one ending each line)."""
     pipes = np.flatnonzero(codes == _PIPE)
     k = len(layout.keys) + 1
-    counts = np.bincount(np.searchsorted(newlines, pipes), minlength=len(newlines))
+    before = np.searchsorted(pipes, newlines)  # pipes before each line's end
+    counts = np.diff(before, prepend=0)
     lines = np.flatnonzero(counts == k)
     if not len(lines):
         return Rows(lines, lines, np.zeros((0, 2 + len(layout.wanted))), [])
     starts = np.where(lines > 0, newlines[lines - 1] + 1, 0)
     ends = newlines[lines]
-    at_pipe = pipes[(np.cumsum(counts) - counts)[lines][:, None] + np.arange(k)]
+    at_pipe = pipes[(before - counts)[lines][:, None] + np.arange(k)]
     at = at_pipe[:, 0] - layout.head
     ok = at >= starts
     at = np.maximum(at, 0)
-    head = codes[at[:, None] + np.arange(layout.head)]
+    head = (
+        _strings(codes, layout.head)[np.minimum(at, len(codes) - layout.head)].view(np.uint8).reshape(-1, layout.head)
+    )
     ok &= (head[:, :9] == _ITERATION).all(axis=1)
     if layout.sep:
         ok &= head[:, 9] == layout.sep[0]
@@ -108,8 +111,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     digits = np.delete(head[:, layout.step_from :], layout.slash - layout.step_from, axis=1)
     ok &= _DIGIT_OR_SPACE[digits].all(axis=1)
     ok &= (at == starts) | ~_WORD[codes[np.maximum(at - 1, 0)]]
-    for j, key in enumerate(layout.keys):
-        ok &= _strings(codes, len(key))[np.minimum(at_pipe[:, j] + 1, len(codes) - len(key))] == key
+    ok &= _keys_match(codes, at_pipe, layout.keys)
     ok &= ends - at_pipe[:, -1] - 1 == len(layout.tail)
     if layout.tail:
         ok &= (
@@ -131,6 +133,27 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     accepted[good_rows] = True
     odd = list(zip(starts[~accepted].tolist(), ends[~accepted].tolist(), strict=True))
     return Rows(at[good_rows], starts[good_rows], values, odd)
+
+
+def _keys_match(codes: np.ndarray, at_pipe: np.ndarray, keys: tuple[bytes, ...]) -> np.ndarray:
+    """Per line (a row of `at_pipe`, its pipes), whether the bytes after each pipe are that
+    field's key. Keys of 8 bytes or more are compared as 64-bit words (the last one may overlap
+    the one before), all in one gather; shorter ones as strings."""
+    ok = np.ones(len(at_pipe), dtype=bool)
+    pipe_of, offsets, expected = [], [], []
+    for j, key in enumerate(keys):
+        if len(key) < 8:
+            ok &= _strings(codes, len(key))[np.minimum(at_pipe[:, j] + 1, len(codes) - len(key))] == key
+            continue
+        for start in dict.fromkeys([*range(0, len(key) - 7, 8), len(key) - 8]):
+            pipe_of.append(j)
+            offsets.append(1 + start)
+            expected.append(int.from_bytes(key[start : start + 8], "little"))
+    if pipe_of and len(codes) >= 8:
+        words = np.ndarray((len(codes) - 7,), dtype="<u8", buffer=codes, strides=(1,))  # unaligned
+        at = np.minimum(at_pipe[:, pipe_of] + np.array(offsets), len(words) - 1)
+        ok &= (words[at] == np.array(expected, dtype=np.uint64)).all(axis=1)
+    return ok
 
 
 def _strings(codes: np.ndarray, width: int) -> np.ndarray:
