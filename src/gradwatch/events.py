@@ -33,7 +33,3 @@ class Event:
     step: int | None = None
     ts: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
-
-    def moved(self, lines: int) -> Event:
-        """The same event `lines` further down (segments renumbered into the file's lines)."""
-        return Event(self.kind, self.line + lines, self.step, self.ts, self.data)
