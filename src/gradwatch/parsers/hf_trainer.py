@@ -252,8 +252,7 @@ class HfTrainerParser(Parser):
         template = self._bulk_template
         assert template is not None
         matches = Matches.of(hits)
-        joined = " ".join(chain.from_iterable(m.groups() for m in matches)).replace("None", "nan")
-        table = number_table(joined, len(matches))
+        table = number_table(list(chain.from_iterable(m.groups() for m in matches)), len(matches), nan="None")
         steps = table[:, 0].astype(np.int64)
         metrics = {name: table[:, 1 + j] for j, name in enumerate(template.names)}
         n = len(matches)

@@ -292,8 +292,7 @@ class JsonlParser(Parser):
         template = self._bulk_template
         assert template is not None
         matches = Matches.of(hits)
-        joined = " ".join(chain.from_iterable(m.groups() for m in matches)).replace("null", "nan")
-        table = number_table(joined, len(matches))
+        table = number_table(list(chain.from_iterable(m.groups() for m in matches)), len(matches), nan="null")
         n = len(matches)
         metrics = {t: table[:, 1 + j] for j, t in enumerate(template.targets) if t != "ts"}
         ts = _epochs(table[:, 1 + template.targets.index("ts")]) if "ts" in template.targets else np.full(n, np.nan)

@@ -250,8 +250,8 @@ class TorchtitanParser(Parser):
         """Bulk lines as one columnar chunk, copies from other ranks dropped: every number, the
         times' too, converted in one numpy call."""
         matches = Matches.of(hits)
-        joined = " ".join(chain.from_iterable(m.groups("nan") for m in matches))  # nan: not logged
-        table = number_table(joined.replace(",", ""), len(matches))
+        tokens = list(chain.from_iterable(m.groups("nan") for m in matches))  # nan: not logged
+        table = number_table(tokens, len(matches), drop=",")
         steps = table[:, 0].astype(np.int64)
         ts = timestamps(table[:, 1:8])
         copies = self._round.copies
