@@ -229,6 +229,16 @@ ODD_LINES = {
         lambda s, n: _TRACEBACK + "\n" + _DS_PROGRESS.format(n=n),
         lambda s, n: s[: len(s) // 2] + "\n" + _DS_PROGRESS.format(n=n),
         lambda s, n: s.rstrip("| ") + "\n" + _DS_PROGRESS.format(n=n) + "\n" + s,
+        lambda s, n: _DS_PROGRESS.format(n=123456789012345679 + n),
+        # what comes before `iteration` as the per-line path reads it (a review found these)
+        lambda s, n: "iteration 3/4 " + s,
+        lambda s, n: "x\x1b]0;title\x07" + s.lstrip(),
+        lambda s, n: "saving checkpoint at iteration 7\r" + s,
+        lambda s, n: "[2024-03-02 09:00:00,000] x\r" + s,
+        lambda s, n: "2024-03-02 080000" + s,
+        lambda s, n: re.sub(r"(lm loss: \S+) \|", "\\1\\0|", s),
+        lambda s, n: re.sub(r"/ +(\d+) \|", "/" + "9" * 400 + " |", s),
+        lambda s, n: s.replace("consumed tokens", "consume\td tokens"),
     ],
     "torchtitan": [
         lambda s, n: s.replace("loss: ", "loss: nan  x: ", 1),
@@ -466,3 +476,11 @@ def test_a_parser_that_is_not_the_files_format_reads_nothing_in_bulk() -> None:
     fast = _parse(data, [len(head)])
     _assert_same(fast, _parse(data, [len(head)], every_line=True))
     assert fast[0] == "megatron" and len(fast[1]) == 300
+
+
+def test_a_short_block_with_the_pipes_of_a_record_is_read_as_the_plain_path_reads_it() -> None:
+    """A tail appends a few bytes at a time: a block shorter than a record's head or keys."""
+    data = "".join(generate(RunSpec(fmt="megatron-deepspeed", steps=100, seed=1))).encode()
+    for tail in (b"|" * 14 + b"\n", b"iteration 5/9 |\n", b"|\n"):
+        chunks = [len(data)]
+        _assert_same(_parse(data + tail, chunks), _parse(data + tail, chunks, every_line=True))

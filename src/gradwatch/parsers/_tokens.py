@@ -31,10 +31,10 @@ def numbers_at(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple
     if rows == 0:
         return np.zeros((0, k)), np.zeros(0, dtype=bool)
     n = rows * k
-    bounds = np.empty(2 * n + 2, dtype=np.int32)  # the ranges and what lies between them
+    bounds = np.empty(2 * n + 2, dtype=np.int64)  # the ranges and what lies between them
     bounds[0], bounds[-1] = 0, len(codes)
     bounds[1:-1:2], bounds[2:-1:2] = starts.ravel(), ends.ravel()
-    pieces = pa.StringArray.from_buffers(2 * n + 1, pa.py_buffer(bounds), pa.py_buffer(codes))
+    pieces = pa.LargeStringArray.from_buffers(2 * n + 1, pa.py_buffer(bounds), pa.py_buffer(codes))
     tokens = pc.ascii_trim_whitespace(pieces.take(pa.array(np.arange(1, 2 * n, 2))))
     values = _floats(tokens)
     if values is not None:
@@ -42,7 +42,7 @@ def numbers_at(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple
     good = pc.match_substring_regex(tokens, _FLOAT).to_numpy(zero_copy_only=False)
     ok = good.reshape(rows, k).all(axis=1)
     values = _floats(tokens.filter(pa.array(np.repeat(ok, k))))
-    if values is None:  # cannot be: what is left matches the grammar
+    if values is None:  # not expected (what is left matches the grammar); if so, all go the slow way
         return np.zeros((0, k)), np.zeros(rows, dtype=bool)
     return values.reshape(-1, k), ok
 

@@ -209,6 +209,11 @@ class Parser(ABC):
         """Record the lines found by `bulk_matches` (only called when it returned some)."""
         raise NotImplementedError
 
+    def bulk_passed(self, hits: Hits, k: int) -> None:  # noqa: B027 - optional hook
+        """The next line offered one by one comes after bulk hit `k`, the latest record before it,
+        which is recorded only when the block ends: a parser that compares a record with the
+        one before it (Megatron's rank copies) learns of it here."""
+
     def aux_lines(self, block: Block, lines: np.ndarray, out: ParseOutput) -> AuxLines | None:
         """Optional fast path for an auxiliary parser's frequent lines (DeepSpeed's progress): of
         the block's candidate `lines` (indices, ascending), those it reads all at once.

@@ -26,10 +26,11 @@ _PIPE_STEPS = re.compile(r"\bsteps: (\d+) loss: (\S+) .*?iter time \(s\): (\S+)"
 _SAVING = re.compile(r"Saving model checkpoint: .*?global_step(\d+)")
 #: the progress line as DeepSpeed's logger prints it, read for a whole block at once (RE2, on
 #: lines without launcher prefixes or escapes): the time at fixed places; nothing before `step=`
-#: can hold `] step=`, `, skipped=` or `, lr=`; and `lr=[` is followed by what `_PROGRESS` needs
+#: can hold `] step=`, `, skipped=` or `, lr=`; counts exact as floats; and `lr=[` is followed by
+#: what `_PROGRESS` needs
 _PROGRESS_LINE = (
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[[A-Z]+\] \[[\w.:-]*\] \[Rank \d+\] "
-    r"step=\d{1,18}, skipped=\d{1,18}, lr=\[[^,\]\x1b\r\n][^\x1b\r\n]*\n?$"
+    r"step=\d{1,15}, skipped=\d{1,15}, lr=\[[^,\]\x1b\r\n][^\x1b\r\n]*\n?$"
 )
 #: where year, month, day, hour, minute, second and milliseconds are in such a line
 _TIME_DIGITS = ((1, 4), (6, 2), (9, 2), (12, 2), (15, 2), (18, 2), (21, 3))

@@ -70,19 +70,20 @@ def line_array(codes: np.ndarray, newlines: np.ndarray, among: np.ndarray | None
     A line's value holds its newline."""
     import pyarrow as pa
 
-    bounds = np.empty(len(newlines) + 1, dtype=np.int32)
+    bounds = np.empty(len(newlines) + 1, dtype=np.int64)
     bounds[0], bounds[1:] = 0, newlines + 1
-    lines = pa.StringArray.from_buffers(len(newlines), pa.py_buffer(bounds), pa.py_buffer(codes))
+    lines = pa.LargeStringArray.from_buffers(len(newlines), pa.py_buffer(bounds), pa.py_buffer(codes))
     return lines if among is None else lines.take(pa.array(among))
 
 
 def _re2_reads(pattern: str) -> bool:
     """Whether RE2 reads `pattern` as `re` does on ASCII text: it compiles (no lookarounds, no
-    backreferences) and has no `\\s`, which to `re` also means \\v and \\x1c-\\x1f."""
+    backreferences) and has no `\\s` (to `re` also \\v and \\x1c-\\x1f), no POSIX class (`[[:`, a
+    set of `[` and `:` to `re`) and no `$` (which `re` matches before a line's newline)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if re.search(r"\\[sS]", pattern):
+    if re.search(r"\\[sS]|\[\[:|(?<!\\)\$", pattern):  # `$` before a line's newline; POSIX classes
         return False
     try:
         pc.match_substring_regex(pa.array(["x"]), pattern)
@@ -92,7 +93,10 @@ def _re2_reads(pattern: str) -> bool:
 
 
 def split_branches(pattern: str) -> list[str]:
-    """The top-level branches of a regex: split at `|` outside groups, classes and escapes."""
+    """The top-level branches of a regex: split at `|` outside groups, classes and escapes. A
+    pattern that begins with inline flags (`(?i)`) is one branch: the flags are for all of it."""
+    if re.match(r"\(\?[aiLmsux]+\)", pattern):
+        return [pattern]
     branches, start, depth, i = [], 0, 0, 0
     in_class = False
     while i < len(pattern):
@@ -104,7 +108,9 @@ def split_branches(pattern: str) -> list[str]:
             in_class = c != "]"
         elif c == "[":
             in_class = True
-            if pattern[i + 1 : i + 2] == "]":  # `[]...]`: the first `]` is a member
+            if pattern[i + 1 : i + 2] == "^":
+                i += 1
+            if pattern[i + 1 : i + 2] == "]":  # `[]...]`, `[^]...]`: the first `]` is a member
                 i += 1
         elif c == "(":
             depth += 1

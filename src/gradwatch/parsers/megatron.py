@@ -195,13 +195,16 @@ class MegatronParser(Parser):
         odd = [m for start, end in rows.odd if (m := t.block.search(text, start, end)) is not None]
         return found.merged(_Found.of_matches(text, odd, width)) if odd else found
 
+    def bulk_passed(self, hits: Hits, k: int) -> None:
+        self._last_record_step = hits.step(k)
+
     def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
         """Turn bulk hits into one columnar chunk of records."""
         t = self._bulk_template
         assert t is not None and isinstance(hits, _Found)
         steps = hits.steps
         total = hits.values[-1, 1]
-        self.total_steps = int(total) if total == total else None
+        self.total_steps = int(total) if total < 2.0**53 else None  # NaN, inf and inexact ones: not known
         metrics: dict[str, np.ndarray] = {}
         flagged: dict[str, np.ndarray] = {}
         for j, (name, scale) in enumerate(t.specs):
@@ -220,9 +223,11 @@ class MegatronParser(Parser):
         for row in np.flatnonzero(any_bad).tolist():
             nonfinite[row] = ",".join(name for name, mask in flagged.items() if mask[row])
         ts = np.full(n, np.nan)
-        # room for a date and time before `iteration`
-        for row in np.flatnonzero(hits.at - hits.line_starts >= 19).tolist():
-            stamp = timestamp(clean(text[hits.line_starts[row] : hits.at[row]]))
+        # room for a date and time (17 characters at least) before `iteration`: the line's time,
+        # read from the whole line as the per-line path does (its length counts)
+        for row in np.flatnonzero(hits.at - hits.line_starts >= 17).tolist():
+            start = int(hits.line_starts[row])
+            stamp = timestamp(clean(text[start : text.find("\n", start)]))
             if stamp is not None:
                 ts[row] = stamp
         self._seen_loss = True
@@ -386,8 +391,7 @@ def _compile_template(text: str, iteration: re.Match[str]) -> _Template | None:
 @dataclass
 class _Found:
     """Bulk record lines of a block (`Hits`): where each one's `iteration` is and where its line
-    starts, and its numbers: step, total, then the template's fields.
-    was no number, which is not a NaN)."""
+    starts, and its numbers: step, total, then the template's fields."""
 
     at: np.ndarray
     line_starts: np.ndarray
@@ -415,7 +419,9 @@ class _Found:
         steps = np.where(np.char.str_len(table[:, 0]) > 18, "-1", table[:, 0]).astype(np.int64)
         numbers[:, 0] = steps
         numbers[:, 1] = np.where(np.char.str_len(table[:, 1]) < 19, table[:, 1], "nan").astype(np.float64)
-        readable = np.ones(len(matches), dtype=bool)
+        # the text before `iteration` as the layout search checks it (`megatron_rows`); no NUL,
+        # which numpy's strings drop at their ends
+        readable = np.array([_plain_prefix(text, m) and "\0" not in m.group() for m in matches], dtype=bool)
         for j in range(width):
             numbers[:, 2 + j], unreadable = _to_floats(table[:, 2 + j])
             readable &= ~unreadable
@@ -446,6 +452,13 @@ class _Found:
 
     def subset(self, keep: list[int] | np.ndarray) -> _Found:
         return _Found(*(a[keep] for a in self.fields()))
+
+
+def _plain_prefix(text: str, match: re.Match[str]) -> bool:
+    """Whether the line of `match` is read alike per line before its `iteration`: no carriage
+    return, no escape, no earlier `iteration` (see `megatron_rows`)."""
+    prefix = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+    return "\r" not in prefix and "\x1b" not in prefix and "iteration" not in prefix
 
 
 def _put(metrics: dict[str, float], nonfinite: list[str], spec: tuple[str, float], value: str) -> None:

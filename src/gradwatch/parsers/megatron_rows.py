@@ -24,7 +24,7 @@ _DIGIT_OR_SPACE[np.frombuffer(b"0123456789 ", dtype=np.uint8)] = True
 _WORD = np.zeros(256, dtype=bool)  # what `\b` before `iteration` must not follow
 _WORD[np.frombuffer(b"0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", dtype=np.uint8)] = True
 #: larger steps are not exact as floats: the regex path reads them
-_MAX_STEP = 2.0**53
+_EXACT_INT = 2.0**53
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,11 @@ class Layout:
         return Layout(len(head), head.find("/"), after.encode(), tuple(keys), tuple(wanted), tail.encode())
 
     @property
+    def widest(self) -> int:
+        """The longest run of bytes compared at once (a block must hold it)."""
+        return max(8, self.head, len(self.tail), *map(len, self.keys))
+
+    @property
     def step_from(self) -> int:
         """From `iteration` to where the step's digits may begin."""
         return 9 + len(self.sep)
@@ -93,10 +98,13 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     before = np.searchsorted(pipes, newlines)  # pipes before each line's end
     counts = np.diff(before, prepend=0)
     lines = np.flatnonzero(counts == k)
-    if not len(lines):
-        return Rows(lines, lines, np.zeros((0, 2 + len(layout.wanted))), [])
     starts = np.where(lines > 0, newlines[lines - 1] + 1, 0)
     ends = newlines[lines]
+    if not len(lines) or len(codes) < layout.widest:  # too short to compare: the regex reads it
+        none = np.zeros(0, dtype=np.int64)
+        return Rows(
+            none, none, np.zeros((0, 2 + len(layout.wanted))), list(zip(starts.tolist(), ends.tolist(), strict=True))
+        )
     at_pipe = pipes[(before - counts)[lines][:, None] + np.arange(k)]
     at = at_pipe[:, 0] - layout.head
     ok = at >= starts
@@ -111,6 +119,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     digits = np.delete(head[:, layout.step_from :], layout.slash - layout.step_from, axis=1)
     ok &= _DIGIT_OR_SPACE[digits].all(axis=1)
     ok &= (at == starts) | ~_WORD[codes[np.maximum(at - 1, 0)]]
+    ok &= _plain_prefixes(codes, starts, at)
     ok &= _keys_match(codes, at_pipe, layout.keys)
     ok &= ends - at_pipe[:, -1] - 1 == len(layout.tail)
     if layout.tail:
@@ -127,12 +136,28 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     )
     token_ends = np.column_stack([at_ok + layout.slash, pipes_ok[:, 0], pipes_ok[:, wanted + 1]])
     values, good = numbers_at(codes, token_starts, token_ends)
-    small = values[:, 0] < _MAX_STEP
+    small = values[:, 0] < _EXACT_INT
     values, good_rows = values[small], chosen[good][small]
     accepted = np.zeros(len(lines), dtype=bool)
     accepted[good_rows] = True
     odd = list(zip(starts[~accepted].tolist(), ends[~accepted].tolist(), strict=True))
     return Rows(at[good_rows], starts[good_rows], values, odd)
+
+
+def _plain_prefixes(codes: np.ndarray, starts: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Per line, whether what precedes its `iteration` is read alike per line: no carriage return
+    (the per-line path splits the line there), no escape (`clean()` removes it, which may join a
+    word to `iteration`), no earlier `iteration` (the per-line path takes the first)."""
+    ok = np.ones(len(at), dtype=bool)
+    odd = np.flatnonzero((codes == ord("\r")) | (codes == 0x1B))
+    if len(odd):
+        line = np.searchsorted(starts, odd, side="right") - 1  # the candidate line each may be in
+        inside = (line >= 0) & (odd < at[np.maximum(line, 0)])
+        ok[line[inside]] = False
+    for row in np.flatnonzero(at - starts >= 9).tolist():
+        if b"iteration" in codes[starts[row] : at[row]].tobytes():
+            ok[row] = False
+    return ok
 
 
 def _keys_match(codes: np.ndarray, at_pipe: np.ndarray, keys: tuple[bytes, ...]) -> np.ndarray:
@@ -149,7 +174,7 @@ def _keys_match(codes: np.ndarray, at_pipe: np.ndarray, keys: tuple[bytes, ...])
             pipe_of.append(j)
             offsets.append(1 + start)
             expected.append(int.from_bytes(key[start : start + 8], "little"))
-    if pipe_of and len(codes) >= 8:
+    if pipe_of:
         words = np.ndarray((len(codes) - 7,), dtype="<u8", buffer=codes, strides=(1,))  # unaligned
         at = np.minimum(at_pipe[:, pipe_of] + np.array(offsets), len(words) - 1)
         ok &= (words[at] == np.array(expected, dtype=np.uint64)).all(axis=1)

@@ -8,6 +8,7 @@ offered to the parsers: first to one that has a multi-line record open, then to 
 
 from __future__ import annotations
 
+import heapq
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
@@ -230,8 +231,9 @@ class LogStream:
                 if i < n_bulk and starts[i] == start:
                     taken[i] = False  # a bulk-shaped line inside a multi-line record
                     i += 1
-                if i and taken[i - 1] and last_line_record < starts[i - 1]:
+                if i and taken[i - 1] and last_line_record < starts[i - 1] and bulk_parser is not None:
                     out.last_step = hits.step(i - 1)
+                    bulk_parser.bulk_passed(hits, i - 1)
                 if aux.starts and start in aux.starts:
                     aux.inside.add(start)  # a line of a multi-line record: read one by one
                 before = out.records.added
@@ -248,7 +250,7 @@ class LogStream:
             if not new_record or pos >= len(text) or depth >= _MAX_RESCANS:
                 continue
             main = self._main_parser()
-            if main is not None and main.can_bulk() and main.bulk_shape() is not shape:
+            if main is not None and main.bulk_shape() is not shape:  # also when it can no longer
                 # a record read one by one changed what the bulk reader matches: read the rest again
                 done = [k for k in range(i) if taken[k] and starts[k] < pos]
                 self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, last_line_record)
@@ -291,12 +293,15 @@ class LogStream:
         if not aux.starts:
             return
         out = self.out
+        written = len(out.events)
         for parser, found, starts in aux.found:
             keep = np.array([s < limit and s not in aux.inside for s in starts.tolist()], dtype=bool)
             if keep.any():
                 parser.aux_events(found.subset(keep), aux.first + found.lines[keep], out)
         events = out.events
-        events[aux.events_before :] = sorted(events[aux.events_before :], key=lambda e: e.line)
+        read_at_once = sorted(events[written:], key=_line_of)
+        # merged by line, each list in its own order (a parser may write an event after a later line's)
+        events[aux.events_before :] = heapq.merge(events[aux.events_before : written], read_at_once, key=_line_of)
 
     def _flush_bulk(
         self,
@@ -444,6 +449,10 @@ class _AuxRound:
     inside: set[int]  # starts of those that a multi-line record took, read one by one
     first: int  # number of the block's first line
     events_before: int  # events written before the block
+
+
+def _line_of(event: Event) -> int:
+    return event.line
 
 
 _NO_AUX = _AuxRound([], np.zeros(0, dtype=np.int64), {}, set(), 0, 0)
