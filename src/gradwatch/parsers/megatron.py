@@ -190,7 +190,7 @@ class MegatronParser(Parser):
         text = block.text
         if t.layout is None or block.codes is None:
             return _Found.of_matches(text, list(t.block.finditer(text)), width)
-        rows = find(t.layout, block.codes, block.newlines)
+        rows = find(t.layout, block.codes, block.newlines, "\r" in text or "\x1b" in text)
         found = _Found(rows.at, rows.line_starts, rows.values[:, 0].astype(np.int64), rows.values)
         odd = [m for start, end in rows.odd if (m := t.block.search(text, start, end)) is not None]
         return found.merged(_Found.of_matches(text, odd, width)) if odd else found

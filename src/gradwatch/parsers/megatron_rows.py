@@ -90,9 +90,10 @@ class Rows:
     odd: list[tuple[int, int]]
 
 
-def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
+def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray, controls: bool = True) -> Rows:
     """The record lines of `layout`'s shape in a block (`codes`, its bytes, ASCII; `newlines`,
-    the positions of its newlines, one ending each line)."""
+    the positions of its newlines, one ending each line; `controls`: whether it may hold
+    carriage returns or escapes)."""
     pipes = np.flatnonzero(codes == _PIPE)
     k = len(layout.keys) + 1
     before = np.searchsorted(pipes, newlines)  # pipes before each line's end
@@ -119,7 +120,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     digits = np.delete(head[:, layout.step_from :], layout.slash - layout.step_from, axis=1)
     ok &= _DIGIT_OR_SPACE[digits].all(axis=1)
     ok &= (at == starts) | ~_WORD[codes[np.maximum(at - 1, 0)]]
-    ok &= _plain_prefixes(codes, starts, at)
+    ok &= _plain_prefixes(codes, starts, at, controls)
     ok &= _keys_match(codes, at_pipe, layout.keys)
     ok &= ends - at_pipe[:, -1] - 1 == len(layout.tail)
     if layout.tail:
@@ -144,12 +145,12 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     return Rows(at[good_rows], starts[good_rows], values, odd)
 
 
-def _plain_prefixes(codes: np.ndarray, starts: np.ndarray, at: np.ndarray) -> np.ndarray:
+def _plain_prefixes(codes: np.ndarray, starts: np.ndarray, at: np.ndarray, controls: bool) -> np.ndarray:
     """Per line, whether what precedes its `iteration` is read alike per line: no carriage return
     (the per-line path splits the line there), no escape (`clean()` removes it, which may join a
     word to `iteration`), no earlier `iteration` (the per-line path takes the first)."""
     ok = np.ones(len(at), dtype=bool)
-    odd = np.flatnonzero((codes == ord("\r")) | (codes == 0x1B))
+    odd = np.flatnonzero((codes == ord("\r")) | (codes == 0x1B)) if controls else ()
     if len(odd):
         line = np.searchsorted(starts, odd, side="right") - 1  # the candidate line each may be in
         inside = (line >= 0) & (odd < at[np.maximum(line, 0)])
