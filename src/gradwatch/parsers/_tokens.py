@@ -30,24 +30,32 @@ def numbers_at(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple
     rows, k = starts.shape
     if rows == 0:
         return np.zeros((0, k)), np.zeros(0, dtype=bool)
-    n = rows * k
-    bounds = np.empty(2 * n + 2, dtype=np.int64)  # the ranges and what lies between them
-    bounds[0], bounds[-1] = 0, len(codes)
-    bounds[1:-1:2], bounds[2:-1:2] = starts.ravel(), ends.ravel()
-    pieces = pa.LargeStringArray.from_buffers(2 * n + 1, pa.py_buffer(bounds), pa.py_buffer(codes))
-    tokens = pc.ascii_trim_whitespace(pieces.take(pa.array(np.arange(1, 2 * n, 2))))
-    values = _floats(tokens)
+    tokens = pc.ascii_trim_whitespace(ranges_array(codes, starts, ends))
+    values = floats(tokens)
     if values is not None:
         return values.reshape(rows, k), np.ones(rows, dtype=bool)
     good = pc.match_substring_regex(tokens, _FLOAT).to_numpy(zero_copy_only=False)
     ok = good.reshape(rows, k).all(axis=1)
-    values = _floats(tokens.filter(pa.array(np.repeat(ok, k))))
+    values = floats(tokens.filter(pa.array(np.repeat(ok, k))))
     if values is None:  # not expected (what is left matches the grammar); if so, all go the slow way
         return np.zeros((0, k)), np.zeros(rows, dtype=bool)
     return values.reshape(-1, k), ok
 
 
-def _floats(tokens: Any) -> np.ndarray | None:
+def ranges_array(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Any:
+    """The ranges `codes[starts:ends]` (ascending and apart), row by row, as an Arrow string
+    array: one over the block's own bytes, whose values between the ranges a `take` drops."""
+    import pyarrow as pa
+
+    n = starts.size
+    bounds = np.empty(2 * n + 2, dtype=np.int64)  # the ranges and what lies between them
+    bounds[0], bounds[-1] = 0, len(codes)
+    bounds[1:-1:2], bounds[2:-1:2] = starts.ravel(), ends.ravel()
+    pieces = pa.LargeStringArray.from_buffers(2 * n + 1, pa.py_buffer(bounds), pa.py_buffer(codes))
+    return pieces.take(pa.array(np.arange(1, 2 * n, 2)))
+
+
+def floats(tokens: Any) -> np.ndarray | None:
     """The tokens as float64, or None when one is no number as `float()` reads numbers."""
     import pyarrow as pa
     import pyarrow.compute as pc

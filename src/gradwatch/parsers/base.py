@@ -153,6 +153,43 @@ class Matches(list[re.Match[str]]):
         return hits
 
 
+@dataclass
+class TableHits:
+    """Bulk record lines of a block as a table (`Hits`): where each hit begins and where its
+    line starts, its step, and its numbers (what each column holds is the reader's)."""
+
+    at: np.ndarray
+    line_starts: np.ndarray
+    steps: np.ndarray
+    values: np.ndarray
+
+    @staticmethod
+    def empty(width: int) -> TableHits:
+        none = np.zeros(0, dtype=np.int64)
+        return TableHits(none, none, none, np.zeros((0, width)))
+
+    def merged(self, other: TableHits) -> TableHits:
+        """Both tables' hits, in text order."""
+        both = TableHits(*(np.concatenate([a, b]) for a, b in zip(self.fields(), other.fields(), strict=True)))
+        return both.subset(np.argsort(both.at, kind="stable"))
+
+    def fields(self) -> tuple[np.ndarray, ...]:
+        return self.at, self.line_starts, self.steps, self.values
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    @property
+    def starts(self) -> list[int]:
+        return self.at.tolist()  # type: ignore[no-any-return]
+
+    def step(self, k: int) -> int:
+        return int(self.steps[k])
+
+    def subset(self, keep: list[int] | np.ndarray) -> TableHits:
+        return TableHits(*(a[keep] for a in self.fields()))
+
+
 class Parser(ABC):
     """One trainer family's line shapes."""
 

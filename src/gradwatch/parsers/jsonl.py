@@ -42,7 +42,8 @@ import numpy as np
 from gradwatch.errors import ConfigError
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number, timestamp
-from gradwatch.parsers.base import Block, BulkTrack, Hits, Matches, ParseOutput, Parser, number_table
+from gradwatch.parsers.base import Block, BulkTrack, Hits, ParseOutput, Parser, TableHits, number_table
+from gradwatch.parsers.jsonl_rows import Layout, find
 from gradwatch.records import METRICS, is_metric
 
 DEFAULT_ALIASES: dict[str, str] = {
@@ -80,6 +81,15 @@ _MAX_STEP = 10**18  # a larger (or negative) step is garbage and would not fit i
 _NUMBER = r"(?:-?[1-9]\d{0,16}|0|-0(?=[.eE]))(?:\.\d+)?(?:[eE][+-]?\d{1,2})?"
 _STEP_VALUE = r"(0|[1-9]\d{0,14})"
 _PLAIN_KEY = re.compile(r"[\w./:-]+\Z", re.ASCII)
+
+
+def _of_matches(matches: list[re.Match[str]]) -> TableHits:
+    """Record lines the template regex found, every value converted in one call."""
+    if not matches:
+        return TableHits.empty(0)
+    table = number_table(list(chain.from_iterable(m.groups() for m in matches)), len(matches), nan="null")
+    at = np.array([m.start() for m in matches], dtype=np.int64)  # a line start: the regex begins with ^
+    return TableHits(at, at, table[:, 0].astype(np.int64), table)
 
 
 def _flatten(obj: dict[str, Any], prefix: str, into: dict[str, Any], depth: int) -> None:
@@ -135,6 +145,9 @@ class _Template:
     block: re.Pattern[str]
     #: a metric name, or "ts" for the time key
     targets: tuple[str, ...]
+    #: per group, what its values may be (`jsonl_rows.KINDS`); None where some value is not a
+    #: group (a key read for nothing), so that the text between the values is not fixed
+    kinds: tuple[str, ...] | None = None
 
 
 def _value_pattern(target: str | None, anchor: bool) -> str:
@@ -180,7 +193,9 @@ def _compile_template(obj: dict[str, Any], targets: dict[str, str | None]) -> _T
     step = rf'\{{{before_step}"{re.escape(step_key)}": ?{_STEP_VALUE}'
     block = re.compile(rf"^(?={step})\{{{', ?'.join(pieces)}\}}[ \t\r]*$", re.M | re.ASCII)  # json: ASCII digits
     captured = tuple(t for t in targets.values() if t is not None and t not in ("step", "val_loss"))
-    return _Template(keys, block, captured)
+    fixed = all(k == step_key or targets[k] not in (None, "step") for k in keys)
+    kinds = ("step", *("number" if k == anchor else "nullable" for k in keys if targets[k] not in ("step", "val_loss")))
+    return _Template(keys, block, captured, kinds if fixed else None)
 
 
 class JsonlParser(Parser):
@@ -190,6 +205,9 @@ class JsonlParser(Parser):
 
     #: JSON key -> `step` or a canonical metric name; a subclass may replace the defaults here
     aliases: dict[str, str] = DEFAULT_ALIASES
+    #: a template's layout, once measured (a class default, so that parsers pickled in older
+    #: scan states have it)
+    _layout: tuple[_Template, Layout | None] | None = None
 
     def __init__(self, aliases: dict[str, str] | None = None) -> None:
         merged = dict(type(self).aliases)
@@ -205,6 +223,7 @@ class JsonlParser(Parser):
         self._step: int | None = None
         self._template: _Template | None = None
         self._bulk_template: _Template | None = None  # of the pending matches (a record may change it)
+        self._layout = None
         self._bulk = BulkTrack()
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
@@ -278,25 +297,46 @@ class JsonlParser(Parser):
     def bulk_shape(self) -> object | None:
         return self._bulk.shape if self.can_bulk() else None
 
-    def bulk_matches(self, block: Block) -> Matches:
-        """Record lines of `text` of the template's shape (the bulk path; see LogStream)."""
+    def bulk_matches(self, block: Block) -> TableHits:
+        """Record lines of the block of the template's shape (the bulk path; see LogStream):
+        found by their layout (`jsonl_rows`) where the block is ASCII, else by the regex, which
+        also reads the lines the layout does not fit."""
         template = self._bulk_template = self._template
-        matches = (
-            Matches(template.block.finditer(block.text)) if template is not None and self.can_bulk() else Matches()
-        )
-        self._bulk.handed(len(matches), retry=False)
-        return matches
+        if template is None or not self.can_bulk():
+            self._bulk.handed(0, retry=False)
+            return TableHits.empty(0)
+        text = block.text
+        layout = self._layout_of(template, text) if block.codes is not None else None
+        if layout is None or block.codes is None:
+            hits = _of_matches(list(template.block.finditer(text)))
+        else:
+            rows = find(layout, block.codes, block.newlines)
+            hits = TableHits(rows.line_starts, rows.line_starts, rows.values[:, 0].astype(np.int64), rows.values)
+            odd = [m for start, end in rows.odd if (m := template.block.search(text, start, end)) is not None]
+            if odd:
+                hits = hits.merged(_of_matches(odd))
+        self._bulk.handed(len(hits), retry=False)
+        return hits
+
+    def _layout_of(self, template: _Template, text: str) -> Layout | None:
+        """The layout of the template's lines, measured on its first line in `text` (kept)."""
+        if self._layout is not None and self._layout[0] is template:
+            return self._layout[1]
+        first = template.block.search(text) if template.kinds is not None else None
+        if first is None:
+            return None  # none in this block: ask again in the next one
+        layout = Layout.of(first, template.kinds)  # type: ignore[arg-type]
+        self._layout = (template, layout)
+        return layout
 
     def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
-        """Bulk matches as one columnar chunk: every value converted in one numpy call."""
+        """Bulk hits as one columnar chunk: step, then the template's targets."""
         template = self._bulk_template
-        assert template is not None
-        matches = Matches.of(hits)
-        table = number_table(list(chain.from_iterable(m.groups() for m in matches)), len(matches), nan="null")
-        n = len(matches)
+        assert template is not None and isinstance(hits, TableHits)
+        table, n = hits.values, len(hits)
         metrics = {t: table[:, 1 + j] for j, t in enumerate(template.targets) if t != "ts"}
         ts = _epochs(table[:, 1 + template.targets.index("ts")]) if "ts" in template.targets else np.full(n, np.nan)
-        steps = table[:, 0].astype(np.int64)
+        steps = hits.steps
         nonfinite = np.full(n, "", dtype=object)  # no NaN or infinity in a bulk line
         out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), ts, metrics, nonfinite)
         self._bulk.count(self.name, out)

@@ -24,7 +24,7 @@ import numpy as np
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import clean, norm_key, number, timestamp
-from gradwatch.parsers.base import MAX_STEP, Block, Hits, ParseOutput, Parser
+from gradwatch.parsers.base import MAX_STEP, Block, Hits, ParseOutput, Parser, TableHits
 from gradwatch.parsers.megatron_rows import Layout, find
 
 # normalised field name -> (canonical metric, scale factor)
@@ -175,7 +175,7 @@ class MegatronParser(Parser):
     def bulk_shape(self) -> object | None:
         return self._template if self.can_bulk() else None
 
-    def bulk_matches(self, block: Block) -> _Found:
+    def bulk_matches(self, block: Block) -> TableHits:
         """Record lines of `block` of the current template's shape (the bulk path; see LogStream).
 
         Only a template with a loss field qualifies: a record without one may be a NaN step,
@@ -185,15 +185,15 @@ class MegatronParser(Parser):
         t = self._template
         width = len(t.specs) if t is not None else 0
         if t is None or not self.can_bulk():
-            return _Found.empty(width)
+            return TableHits.empty(2 + width)
         self._bulk_template = t  # per-line records of the same block may change self._template
         text = block.text
         if t.layout is None or block.codes is None:
-            return _Found.of_matches(text, list(t.block.finditer(text)), width)
+            return _of_matches(text, list(t.block.finditer(text)), width)
         rows = find(t.layout, block.codes, block.newlines, "\r" in text or "\x1b" in text)
-        found = _Found(rows.at, rows.line_starts, rows.values[:, 0].astype(np.int64), rows.values)
+        found = TableHits(rows.at, rows.line_starts, rows.values[:, 0].astype(np.int64), rows.values)
         odd = [m for start, end in rows.odd if (m := t.block.search(text, start, end)) is not None]
-        return found.merged(_Found.of_matches(text, odd, width)) if odd else found
+        return found.merged(_of_matches(text, odd, width)) if odd else found
 
     def bulk_passed(self, hits: Hits, k: int) -> None:
         self._last_record_step = hits.step(k)
@@ -201,7 +201,7 @@ class MegatronParser(Parser):
     def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
         """Turn bulk hits into one columnar chunk of records."""
         t = self._bulk_template
-        assert t is not None and isinstance(hits, _Found)
+        assert t is not None and isinstance(hits, TableHits)
         steps = hits.steps
         total = hits.values[-1, 1]
         self.total_steps = int(total) if total < 2.0**53 else None  # NaN, inf and inexact ones: not known
@@ -388,70 +388,34 @@ def _compile_template(text: str, iteration: re.Match[str]) -> _Template | None:
     return _Template(line, block, tuple(specs), layout)
 
 
-@dataclass
-class _Found:
-    """Bulk record lines of a block (`Hits`): where each one's `iteration` is and where its line
-    starts, and its numbers: step, total, then the template's fields."""
+def _of_matches(text: str, matches: list[re.Match[str]], width: int) -> TableHits:
+    """Record lines the template regex found (the lines the layout does not fit), numbers
+    converted column by column: step, total, then the template's `width` fields.
 
-    at: np.ndarray
-    line_starts: np.ndarray
-    steps: np.ndarray
-    values: np.ndarray
-
-    @staticmethod
-    def empty(width: int) -> _Found:
-        none = np.zeros(0, dtype=np.int64)
-        return _Found(none, none, none, np.zeros((0, 2 + width)))
-
-    @staticmethod
-    def of_matches(text: str, matches: list[re.Match[str]], width: int) -> _Found:
-        """Record lines the template regex found (the lines the layout does not fit), numbers
-        converted column by column.
-
-        A line with a value that is no number (empty, two words) is left out: the per-line path
-        reads it, which takes the field as not printed (a NaN step, if it was the loss).
-        """
-        if not matches:
-            return _Found.empty(width)
-        table = np.array([m.groups() for m in matches], dtype=str)
-        numbers = np.empty((len(matches), 2 + width))
-        # a step of 19+ digits is garbage, not a step (and beyond int64): no step, as per line
-        steps = np.where(np.char.str_len(table[:, 0]) > 18, "-1", table[:, 0]).astype(np.int64)
-        numbers[:, 0] = steps
-        numbers[:, 1] = np.where(np.char.str_len(table[:, 1]) < 19, table[:, 1], "nan").astype(np.float64)
-        # the text before `iteration` as the layout search checks it (`megatron_rows`); no NUL,
-        # which numpy's strings drop at their ends
-        readable = np.array([_plain_prefix(text, m) and "\0" not in m.group() for m in matches], dtype=bool)
-        for j in range(width):
-            numbers[:, 2 + j], unreadable = _to_floats(table[:, 2 + j])
-            readable &= ~unreadable
-        if not readable.all():
-            keep = np.flatnonzero(readable)
-            matches = [matches[k] for k in keep.tolist()]
-            steps, numbers = steps[keep], numbers[keep]
-        at = np.array([m.start() for m in matches], dtype=np.int64)
-        line_starts = np.array([text.rfind("\n", 0, m.start()) + 1 for m in matches], dtype=np.int64)
-        return _Found(at, line_starts, steps, numbers)
-
-    def merged(self, other: _Found) -> _Found:
-        both = _Found(*(np.concatenate([a, b]) for a, b in zip(self.fields(), other.fields(), strict=True)))
-        return both.subset(np.argsort(both.at, kind="stable"))
-
-    def fields(self) -> tuple[np.ndarray, ...]:
-        return self.at, self.line_starts, self.steps, self.values
-
-    def __len__(self) -> int:
-        return len(self.at)
-
-    @property
-    def starts(self) -> list[int]:
-        return self.at.tolist()  # type: ignore[no-any-return]
-
-    def step(self, k: int) -> int:
-        return int(self.steps[k])
-
-    def subset(self, keep: list[int] | np.ndarray) -> _Found:
-        return _Found(*(a[keep] for a in self.fields()))
+    A line with a value that is no number (empty, two words) is left out: the per-line path
+    reads it, which takes the field as not printed (a NaN step, if it was the loss).
+    """
+    if not matches:
+        return TableHits.empty(2 + width)
+    table = np.array([m.groups() for m in matches], dtype=str)
+    numbers = np.empty((len(matches), 2 + width))
+    # a step of 19+ digits is garbage, not a step (and beyond int64): no step, as per line
+    steps = np.where(np.char.str_len(table[:, 0]) > 18, "-1", table[:, 0]).astype(np.int64)
+    numbers[:, 0] = steps
+    numbers[:, 1] = np.where(np.char.str_len(table[:, 1]) < 19, table[:, 1], "nan").astype(np.float64)
+    # the text before `iteration` as the layout search checks it (`megatron_rows`); no NUL,
+    # which numpy's strings drop at their ends
+    readable = np.array([_plain_prefix(text, m) and "\0" not in m.group() for m in matches], dtype=bool)
+    for j in range(width):
+        numbers[:, 2 + j], unreadable = _to_floats(table[:, 2 + j])
+        readable &= ~unreadable
+    if not readable.all():
+        keep = np.flatnonzero(readable)
+        matches = [matches[k] for k in keep.tolist()]
+        steps, numbers = steps[keep], numbers[keep]
+    at = np.array([m.start() for m in matches], dtype=np.int64)
+    line_starts = np.array([text.rfind("\n", 0, m.start()) + 1 for m in matches], dtype=np.int64)
+    return TableHits(at, line_starts, steps, numbers)
 
 
 def _plain_prefix(text: str, match: re.Match[str]) -> bool:
