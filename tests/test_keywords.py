@@ -65,3 +65,15 @@ def test_what_re2_would_read_otherwise_is_left_to_re(pattern: str) -> None:
 
 def test_branches_are_split_only_at_the_top_level() -> None:
     assert split_branches(r"a|b(?:c|d)|[|]|\||e") == ["a", "b(?:c|d)", "[|]", r"\|", "e"]
+
+
+def test_in_a_block_that_is_not_ascii_no_line_re_finds_is_missed() -> None:
+    """Each other character is a `?` to RE2 (see Block): `\\d` and `\\w` take it too."""
+    text = "step=\u0663 of a run\nnaïve step=5\nno keyword here é\n\u2588\u2588 checkpoint\nsteps: \u0661\n"
+    shadow = np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8)
+    scans = [p.scan for p in new_parsers() if p.scan]
+    found = Keywords(scans).lines(shadow, np.flatnonzero(shadow == 10), ascii_only=False)
+    expected = _lines_with_a_match("|".join(scans), text)
+    assert expected == [0, 1, 3, 4]
+    assert set(expected) <= set(found.tolist())
+    assert Keywords([r"(?i)step"]).lines(shadow, np.flatnonzero(shadow == 10), ascii_only=False) is None

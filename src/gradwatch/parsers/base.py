@@ -104,14 +104,17 @@ class ParseOutput:
 
 @dataclass(frozen=True)
 class Block:
-    """Whole lines as the stream hands them to a bulk reader: the text, and where the text is
-    ASCII its bytes (positions in both agree) for readers that search at numpy speed."""
+    """Whole lines as the stream hands them to a bulk reader: the text, and one byte per
+    character of it (positions in both agree) for readers that search at numpy speed."""
 
     text: str
-    #: the text's bytes, or None when it is not ASCII
-    codes: np.ndarray | None
+    #: the text's bytes where it is ASCII; else its ASCII characters with `?` for each other
+    #: one: a reader may accept only what is ASCII, and must treat `?` as possibly anything
+    codes: np.ndarray
     #: positions of the text's newlines (it ends with one)
     newlines: np.ndarray
+    #: whether `codes` are the text's own bytes
+    ascii: bool = True
 
 
 class Hits(Protocol):

@@ -94,9 +94,10 @@ class DeepSpeedParser(Parser):
         return False
 
     def aux_lines(self, block: Block, lines: np.ndarray, out: ParseOutput) -> AuxLines | None:
-        """The progress lines among `lines` of an ASCII block, in a file whose records another
-        parser writes (so that they are events only): their step, skip count and time."""
-        if block.codes is None or not out.counts.keys() - {self.name}:
+        """The progress lines among `lines` of a block, in a file whose records another parser
+        writes (so that they are events only): their step, skip count and time. A line with a
+        character that is not ASCII (a `?` in `block.codes`) does not match: it goes line by line."""
+        if not out.counts.keys() - {self.name}:
             return None
         import pyarrow.compute as pc  # not at module level: small files do without
 

@@ -306,8 +306,8 @@ class JsonlParser(Parser):
             self._bulk.handed(0, retry=False)
             return TableHits.empty(0)
         text = block.text
-        layout = self._layout_of(template, text) if block.codes is not None else None
-        if layout is None or block.codes is None:
+        layout = self._layout_of(template, text)
+        if layout is None:
             hits = _of_matches(list(template.block.finditer(text)))
         else:
             rows = find(layout, block.codes, block.newlines)

@@ -27,6 +27,7 @@ class Keywords:
     def __init__(self, patterns: list[str]) -> None:
         self.pattern = "|".join(dict.fromkeys(patterns))
         self._re2: bool | None = None  # whether RE2 reads the alternation (asked when first needed)
+        self._shadow: str | None = None  # the alternation for blocks that are not ASCII (see `lines`)
         branches = dict.fromkeys(b for p in patterns for b in split_branches(p))
         self.strings: list[str] = []
         self.regexes: list[re.Pattern[str]] = []
@@ -37,17 +38,25 @@ class Keywords:
             else:  # regex syntax, or an empty branch (which matches everywhere)
                 self.regexes.append(re.compile(branch))
 
-    def lines(self, codes: np.ndarray, newlines: np.ndarray, among: np.ndarray | None = None) -> np.ndarray | None:
-        """Indices of the lines of an ASCII block (`codes`, its bytes, ending with a newline at
-        each of `newlines`) that hold a keyword, of all lines or of those `among` (indices,
-        ascending); None where RE2 cannot read the alternation."""
+    def lines(
+        self, codes: np.ndarray, newlines: np.ndarray, among: np.ndarray | None = None, ascii_only: bool = True
+    ) -> np.ndarray | None:
+        """Indices of the lines of a block (`codes`, a byte per character, ending with a newline
+        at each of `newlines`) that hold a keyword, of all lines or of those `among` (indices,
+        ascending); None where RE2 cannot read the alternation as `re` does.
+
+        Where the block is not ASCII (`ascii_only` False, `?` standing for each other character,
+        see `Block`), `\\d` and `\\w` also take a `?`: lines are found that `re` might not
+        find, which costs a look, but none is missed."""
         import pyarrow.compute as pc  # not at module level: small files do without
 
         if self._re2 is None:
             self._re2 = _re2_reads(self.pattern)
-        if not self._re2:
+            self._shadow = _shadow_pattern(self.pattern) if self._re2 else None
+        pattern = self.pattern if ascii_only else self._shadow
+        if not self._re2 or pattern is None:
             return None
-        found = pc.match_substring_regex(line_array(codes, newlines, among), self.pattern)
+        found = pc.match_substring_regex(line_array(codes, newlines, among), pattern)
         hit: np.ndarray = found.to_numpy(zero_copy_only=False)
         return np.flatnonzero(hit) if among is None else among[hit]
 
@@ -90,6 +99,31 @@ def _re2_reads(pattern: str) -> bool:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return False
     return True
+
+
+def _shadow_pattern(pattern: str) -> str | None:
+    """`pattern` for a block whose non-ASCII characters are each a `?`: `\\d` and `\\w` (the
+    classes that hold such characters to `re`) widened to `[\\d?]` and `[\\w?]`, which finds a
+    superset of `re`'s lines (`\\b`, `\\D`, `\\W` do already). None where that cannot be said so
+    simply: a class in brackets, `\\B`, escapes for other characters, inline flags (Unicode
+    case folding), or characters that are not ASCII in the pattern."""
+    if not pattern.isascii() or re.search(r"\(\?[a-zA-Z]", pattern):
+        return None
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "[":
+            return None
+        if c == "\\":
+            escape = pattern[i : i + 2]
+            if escape[1:] in ("B", "u", "U", "N", "x") or escape[1:].isdigit():
+                return None
+            out.append(f"[{escape}?]" if escape in ("\\d", "\\w") else escape)
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def split_branches(pattern: str) -> list[str]:

@@ -188,7 +188,7 @@ class MegatronParser(Parser):
             return TableHits.empty(2 + width)
         self._bulk_template = t  # per-line records of the same block may change self._template
         text = block.text
-        if t.layout is None or block.codes is None:
+        if t.layout is None:
             return _of_matches(text, list(t.block.finditer(text)), width)
         rows = find(t.layout, block.codes, block.newlines, "\r" in text or "\x1b" in text)
         found = TableHits(rows.at, rows.line_starts, rows.values[:, 0].astype(np.int64), rows.values)

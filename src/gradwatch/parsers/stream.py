@@ -161,17 +161,19 @@ class LogStream:
         self._partial = partial
 
     def _parse_block(self, data: bytes) -> None:
-        if data.isascii():
+        ascii_only = data.isascii()
+        if ascii_only:
             text, codes = data.decode("ascii"), np.frombuffer(data, dtype=np.uint8)
-        else:
-            text, codes = data.decode("utf-8", errors="replace"), None
-        newlines = _newlines(text, codes)  # one pass, for line numbers and for the clock
+        else:  # one byte a character still, `?` for those that are not ASCII (see Block)
+            text = data.decode("utf-8", errors="replace")
+            codes = np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8)
+        newlines = np.flatnonzero(codes == 10)  # one pass, for line numbers and for the clock
         first = self.lines + 1
         self.lines += len(newlines)
         if self._scan is None:
             self._every_line(text, first)
         else:
-            self._candidate_lines(Block(text, codes, newlines), first)
+            self._candidate_lines(Block(text, codes, newlines, ascii_only), first)
         self._track_time(text, newlines, codes)
 
     def _every_line(self, text: str, first: int) -> None:
@@ -273,7 +275,7 @@ class LogStream:
         for parser, ahead in self._aux_readers:
             free = left
             if ahead is not None:
-                theirs = ahead.lines(codes, block.newlines, left)
+                theirs = ahead.lines(codes, block.newlines, left, ascii_only=block.ascii)
                 if theirs is None:
                     continue  # RE2 cannot tell which: every line goes to the parsers
                 free = left[~np.isin(left, theirs)]
@@ -341,7 +343,7 @@ class LogStream:
         scan = self._scan
         assert scan is not None
         text = block.text
-        found = None if block.codes is None else scan.lines(block.codes, block.newlines)
+        found = scan.lines(block.codes, block.newlines, ascii_only=block.ascii)
         if found is not None:
             found = found[~np.isin(found, np.array(linenos, dtype=np.int64) - first)]
             newlines = block.newlines
@@ -374,14 +376,14 @@ class LogStream:
                 return True
         return False
 
-    def _track_time(self, text: str, newlines: np.ndarray, codes: np.ndarray | None) -> None:
+    def _track_time(self, text: str, newlines: np.ndarray, codes: np.ndarray) -> None:
         """Clock facts that the skipped noise lines carry: the latest time, and a record's time.
 
         A record without its own timestamp takes the time of the first timestamped line after it;
         the log's "now" is its last timestamped line, whatever kind of line that is.
         """
         out = self.out
-        dated = _dated_lines(text, newlines, codes)
+        dated = _dated_lines(newlines, codes)
         if out.step_ts_pending and self._pending_from is not None:
             ts = _first_time(text, dated, self._pending_from)
             if ts is not None:
@@ -458,18 +460,10 @@ def _line_of(event: Event) -> int:
 _NO_AUX = _AuxRound([], np.zeros(0, dtype=np.int64), {}, set(), 0, 0)
 
 
-def _newlines(text: str, codes: np.ndarray | None) -> np.ndarray:
-    """Positions (in characters) of the newlines of `text`; `codes` are its bytes when it is ASCII."""
-    if codes is not None:
-        return np.flatnonzero(codes == 10)
-    return np.array([m.start() for m in _NEWLINE.finditer(text)], dtype=np.int64)
-
-
 def _rest(block: Block, pos: int) -> Block:
     """The lines of `block` from `pos` (a line start) on."""
-    codes = None if block.codes is None else block.codes[pos:]
     newlines = block.newlines
-    return Block(block.text[pos:], codes, newlines[newlines >= pos] - pos)
+    return Block(block.text[pos:], block.codes[pos:], newlines[newlines >= pos] - pos, block.ascii)
 
 
 def _line_bounds(newlines: np.ndarray, positions: list[int], first: int) -> tuple[list[int], list[int], list[int]]:
@@ -484,9 +478,6 @@ def _line_bounds(newlines: np.ndarray, positions: list[int], first: int) -> tupl
     return starts.tolist(), newlines[index].tolist(), (index + first).tolist()
 
 
-_NEWLINE = re.compile("\n")
-
-
 def _keywords(parsers: list[Parser]) -> Keywords | None:
     """The parsers' keywords, or None when a parser must see every line."""
     scans = [p.scan for p in parsers]
@@ -499,17 +490,17 @@ def _keywords(parsers: list[Parser]) -> Keywords | None:
 _TS_LINE = re.compile(r"^(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+)?\[?\d{4}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M)
 
 
-def _dated_lines(text: str, newlines: np.ndarray, codes: np.ndarray | None) -> list[int]:
-    """Starts of the lines of `text` (which ends with a newline) that may begin with a date.
+def _dated_lines(newlines: np.ndarray, codes: np.ndarray) -> list[int]:
+    """Starts of the lines of a block (`codes`, a byte per character; it ends with a newline)
+    that may begin with a date.
 
-    Such a line begins with a digit or `[` (a date, or a launcher prefix before one): found from
-    the newlines at numpy speed, so that a block without dates (JSON lines) costs no regex scan.
+    Such a line begins with a digit or `[` (a date, or a launcher prefix before one), or with `?`
+    (which may stand for a digit of another script): found from the newlines at numpy speed, so
+    that a block without dates (JSON lines) costs no regex scan.
     """
-    if codes is None:  # not ASCII: positions must be characters, and the regex finds them
-        return [m.start() for m in _TS_LINE.finditer(text)]
     starts = np.concatenate([[0], newlines[:-1] + 1])
     first = codes[starts]
-    maybe = (first == ord("[")) | ((first >= ord("0")) & (first <= ord("9")))
+    maybe = (first == ord("[")) | (first == ord("?")) | ((first >= ord("0")) & (first <= ord("9")))
     return starts[maybe].tolist()
 
 
