@@ -268,14 +268,12 @@ class LogStream:
         (`Parser.aux_lines`): the ones without a keyword of a parser ahead, which would be
         offered them first. The block's first line is number `first`."""
         found: list[tuple[Parser, AuxLines, np.ndarray]] = []
-        codes = block.codes
         newlines = block.newlines
-        assert codes is not None
         left = lines
         for parser, ahead in self._aux_readers:
             free = left
             if ahead is not None:
-                theirs = ahead.lines(codes, block.newlines, left, ascii_only=block.ascii)
+                theirs = ahead.lines(block.codes, newlines, left, ascii_only=block.ascii)
                 if theirs is None:
                     continue  # RE2 cannot tell which: every line goes to the parsers
                 free = left[~np.isin(left, theirs)]
@@ -291,7 +289,7 @@ class LogStream:
 
     def _write_aux(self, aux: _AuxRound, limit: int) -> None:
         """Write the events of the lines read all at once that start before `limit` (and that
-        no multi-line record took), then put the block's events in line order."""
+        no multi-line record took), merged by line into the events the block's other lines wrote."""
         if not aux.starts:
             return
         out = self.out
@@ -336,9 +334,10 @@ class LogStream:
         to `ends`, numbered `linenos`; the block's first line is number `first`), and the
         indices of their lines where these are known.
 
-        In an ASCII block the lines with a keyword are found at once and the bulk lines taken out
-        of them. Otherwise the text between bulk records is searched as one joined string (one
-        search in C per keyword, instead of one per record); positions are mapped back.
+        Where RE2 reads the keywords as `re` does (`Keywords.lines`), the lines with a keyword are
+        found at once and the bulk lines taken out of them. Otherwise the text between bulk
+        records is searched as one joined string (one search in C per keyword, instead of one
+        per record); positions are mapped back.
         """
         scan = self._scan
         assert scan is not None
