@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from gradwatch.parsers._arrow import arrow
+
 #: what `float()` reads from ASCII text (less underscores, which the per-line path handles)
 _FLOAT = r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:nan|inf|infinity))$"
 
@@ -24,8 +26,7 @@ def numbers_at(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple
 
     Returns (values of the rows whose every range is a number, (rows, k); which rows those are).
     """
-    import pyarrow as pa  # not at module level: `gradwatch --help` and small files do without
-    import pyarrow.compute as pc
+    pa, pc = arrow()
 
     rows, k = starts.shape
     if rows == 0:
@@ -45,7 +46,7 @@ def numbers_at(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple
 def ranges_array(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Any:
     """The ranges `codes[starts:ends]` (ascending and apart), row by row, as an Arrow string
     array: one over the block's own bytes, whose values between the ranges a `take` drops."""
-    import pyarrow as pa
+    pa, _ = arrow()
 
     n = starts.size
     bounds = np.empty(2 * n + 2, dtype=np.int64)  # the ranges and what lies between them
@@ -57,8 +58,7 @@ def ranges_array(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Any
 
 def floats(tokens: Any) -> np.ndarray | None:
     """The tokens as float64, or None when one is no number as `float()` reads numbers."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    pa, pc = arrow()
 
     if (np.frombuffer(tokens.buffers()[2], dtype=np.uint8) == ord("(")).any():
         return None  # Arrow reads `nan(...)`, `float()` does not

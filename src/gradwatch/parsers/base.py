@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from gradwatch.events import Event, EventKind
+from gradwatch.parsers._arrow import arrow
 from gradwatch.records import RecordBuilder
 
 #: Steps are int64 in record batches; a larger number in a log is garbage, not a step.
@@ -288,8 +289,7 @@ def number_table(tokens: list[str], rows: int, *, nan: str = "", drop: str = "")
     `_tokens`). `nan`: a word that stands for a value not logged (`None`, `null`); `drop`: a
     character to remove first (thousands separators). The tokens must be numbers (the bulk
     regexes admit nothing else): anything else raises ValueError."""
-    import pyarrow as pa  # not at module level: small files do without
-    import pyarrow.compute as pc
+    pa, pc = arrow()
 
     values = pa.array(tokens, type=pa.string())
     if nan:

@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 from gradwatch.events import EventKind
+from gradwatch.parsers._arrow import arrow
 from gradwatch.parsers._text import number, timestamps
 from gradwatch.parsers._tokens import numbers_at
 from gradwatch.parsers.base import AuxLines, Block, ParseOutput, Parser
@@ -99,7 +100,7 @@ class DeepSpeedParser(Parser):
         character that is not ASCII (a `?` in `block.codes`) does not match: it goes line by line."""
         if not out.counts.keys() - {self.name}:
             return None
-        import pyarrow.compute as pc  # not at module level: small files do without
+        _, pc = arrow()
 
         codes, newlines = block.codes, block.newlines
         taken = line_array(codes, newlines, lines)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradwatch.parsers._arrow import arrow
 from gradwatch.parsers._tokens import floats, ranges_array
 
 _COMMA = ord(",")
@@ -82,8 +83,7 @@ class Rows:
 def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     """The record lines of `layout`'s shape in an ASCII block (`codes`, its bytes; `newlines`,
     where its lines end)."""
-    import pyarrow as pa  # not at module level: small files do without
-    import pyarrow.compute as pc
+    pa, pc = arrow()
 
     commas = np.flatnonzero(codes == _COMMA)
     before = np.searchsorted(commas, newlines)  # commas before each line's end

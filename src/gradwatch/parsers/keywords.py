@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from gradwatch.parsers._arrow import arrow
+
 _SPECIAL = frozenset(".^$*+?{}[]|()")
 
 
@@ -48,7 +50,7 @@ class Keywords:
         Where the block is not ASCII (`ascii_only` False, `?` standing for each other character,
         see `Block`), `\\d` and `\\w` also take a `?`: lines are found that `re` might not
         find, which costs a look, but none is missed."""
-        import pyarrow.compute as pc  # not at module level: small files do without
+        _, pc = arrow()
 
         if self._re2 is None:
             self._re2 = _re2_reads(self.pattern)
@@ -77,7 +79,7 @@ def line_array(codes: np.ndarray, newlines: np.ndarray, among: np.ndarray | None
     """The lines of an ASCII block (`codes`, its bytes; `newlines`, where its lines end), or
     those `among` (indices), as an Arrow string array over the block's bytes (no copy of all).
     A line's value holds its newline."""
-    import pyarrow as pa
+    pa, _ = arrow()
 
     bounds = np.empty(len(newlines) + 1, dtype=np.int64)
     bounds[0], bounds[1:] = 0, newlines + 1
@@ -89,8 +91,7 @@ def _re2_reads(pattern: str) -> bool:
     """Whether RE2 reads `pattern` as `re` does on ASCII text: it compiles (no lookarounds, no
     backreferences) and has no `\\s` (to `re` also \\v and \\x1c-\\x1f), no POSIX class (`[[:`, a
     set of `[` and `:` to `re`) and no `$` (which `re` matches before a line's newline)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    pa, pc = arrow()
 
     if re.search(r"\\[sS]|\[\[:|(?<!\\)\$", pattern):  # `$` before a line's newline; POSIX classes
         return False
