@@ -14,6 +14,7 @@ import numpy as np
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import number, timestamps
 from gradwatch.parsers._tokens import numbers_at
 from gradwatch.parsers.base import AuxLines, Block, ParseOutput, Parser
@@ -109,7 +110,7 @@ class DeepSpeedParser(Parser):
         index = lines[ok]
         if not len(index):
             return None
-        starts = np.where(index > 0, newlines[index - 1] + 1, 0)
+        starts = line_starts(newlines, index)
         fields = np.zeros((len(index), len(_TIME_DIGITS)), dtype=np.int64)
         for j, (at, width) in enumerate(_TIME_DIGITS):
             for k in range(width):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._bytes import lines_with, text_at
 from gradwatch.parsers._tokens import floats, ranges_array
 
 _COMMA = ord(",")
@@ -85,25 +86,20 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     where its lines end)."""
     pa, pc = arrow()
 
-    commas = np.flatnonzero(codes == _COMMA)
-    before = np.searchsorted(commas, newlines)  # commas before each line's end
-    counts = np.diff(before, prepend=0)
-    lines = np.flatnonzero(counts == layout.commas)
-    starts = np.where(lines > 0, newlines[lines - 1] + 1, 0)
-    ends = newlines[lines]
+    found = lines_with(codes, newlines, _COMMA, layout.commas)
+    lines, starts, ends, at = found.lines, found.starts, found.ends, found.at
     k = len(layout.kinds)
     widest = max(len(layout.head), len(layout.tail), *map(len, layout.between))
     if not len(lines) or len(codes) < widest:
         return Rows(np.zeros(0, dtype=np.int64), np.zeros((0, k)), _spans(starts, ends))
-    at = commas[(before - counts)[lines][:, None] + np.arange(layout.commas)]
     # the first comma of each text between two values: where the value before it ends
     first = np.cumsum([0, *(t.count(b",") for t in layout.between[:-1])])
     value_ends = np.column_stack([at[:, first], ends - len(layout.tail)])
     value_starts = np.column_stack([starts + len(layout.head), at[:, first] + np.array(list(map(len, layout.between)))])
     ok = (value_starts <= value_ends).all(axis=1)
-    ok &= _at(codes, starts, layout.head) & _at(codes, np.maximum(value_ends[:, -1], 0), layout.tail)
+    ok &= text_at(codes, starts, layout.head) & text_at(codes, np.maximum(value_ends[:, -1], 0), layout.tail)
     for j, text in enumerate(layout.between):
-        ok &= _at(codes, at[:, first[j]], text)
+        ok &= text_at(codes, at[:, first[j]], text)
     chosen = np.flatnonzero(ok)
     tokens = ranges_array(codes, value_starts[chosen], value_ends[chosen])
     # every value by the widest grammar in one pass; then what the step and the numbers add
@@ -114,7 +110,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
             digits = pc.ascii_is_decimal(column).to_numpy(zero_copy_only=False)
             good[:, c] &= digits & (value_ends[chosen, c] - value_starts[chosen, c] <= 15)
         elif kind == "number":
-            good[:, c] &= ~_at(codes, value_starts[chosen, c], b"null")  # a valid token there is all of it
+            good[:, c] &= ~text_at(codes, value_starts[chosen, c], b"null")  # a valid token there is all of it
     good = good.all(axis=1)
     kept = tokens.filter(pa.array(np.repeat(good, k)))
     values = floats(pc.replace_substring(kept, "null", "nan"))
@@ -129,12 +125,3 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
 
 def _spans(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
-
-
-def _at(codes: np.ndarray, positions: np.ndarray, text: bytes) -> np.ndarray:
-    """Per position, whether `text` is there (positions that leave no room for it: no)."""
-    if not text:
-        return np.ones(len(positions), dtype=bool)
-    room = len(codes) - len(text)
-    strings = np.ndarray((room + 1,), dtype=f"S{len(text)}", buffer=codes, strides=(1,))
-    return (positions <= room) & (strings[np.minimum(positions, room)] == text)

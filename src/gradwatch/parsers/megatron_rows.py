@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradwatch.parsers._bytes import lines_with, strings, text_at
 from gradwatch.parsers._tokens import numbers_at
 
 _PIPE = ord("|")
@@ -94,25 +95,17 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray, controls: bool
     """The record lines of `layout`'s shape in a block (`codes`, its bytes, ASCII; `newlines`,
     the positions of its newlines, one ending each line; `controls`: whether it may hold
     carriage returns or escapes)."""
-    pipes = np.flatnonzero(codes == _PIPE)
-    k = len(layout.keys) + 1
-    before = np.searchsorted(pipes, newlines)  # pipes before each line's end
-    counts = np.diff(before, prepend=0)
-    lines = np.flatnonzero(counts == k)
-    starts = np.where(lines > 0, newlines[lines - 1] + 1, 0)
-    ends = newlines[lines]
+    found = lines_with(codes, newlines, _PIPE, len(layout.keys) + 1)
+    lines, starts, ends, at_pipe = found.lines, found.starts, found.ends, found.at
     if not len(lines) or len(codes) < layout.widest:  # too short to compare: the regex reads it
         none = np.zeros(0, dtype=np.int64)
         return Rows(
             none, none, np.zeros((0, 2 + len(layout.wanted))), list(zip(starts.tolist(), ends.tolist(), strict=True))
         )
-    at_pipe = pipes[(before - counts)[lines][:, None] + np.arange(k)]
     at = at_pipe[:, 0] - layout.head
     ok = at >= starts
     at = np.maximum(at, 0)
-    head = (
-        _strings(codes, layout.head)[np.minimum(at, len(codes) - layout.head)].view(np.uint8).reshape(-1, layout.head)
-    )
+    head = strings(codes, layout.head)[np.minimum(at, len(codes) - layout.head)].view(np.uint8).reshape(-1, layout.head)
     ok &= (head[:, :9] == _ITERATION).all(axis=1)
     if layout.sep:
         ok &= head[:, 9] == layout.sep[0]
@@ -122,12 +115,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray, controls: bool
     ok &= (at == starts) | ~_WORD[codes[np.maximum(at - 1, 0)]]
     ok &= _plain_prefixes(codes, starts, at, controls)
     ok &= _keys_match(codes, at_pipe, layout.keys)
-    ok &= ends - at_pipe[:, -1] - 1 == len(layout.tail)
-    if layout.tail:
-        ok &= (
-            _strings(codes, len(layout.tail))[np.minimum(at_pipe[:, -1] + 1, len(codes) - len(layout.tail))]
-            == layout.tail
-        )
+    ok &= (ends - at_pipe[:, -1] - 1 == len(layout.tail)) & text_at(codes, at_pipe[:, -1] + 1, layout.tail)
     chosen = np.flatnonzero(ok)
     at_ok, pipes_ok = at[chosen], at_pipe[chosen]
     wanted = np.array(layout.wanted, dtype=np.intp)
@@ -169,7 +157,7 @@ def _keys_match(codes: np.ndarray, at_pipe: np.ndarray, keys: tuple[bytes, ...])
     pipe_of, offsets, expected = [], [], []
     for j, key in enumerate(keys):
         if len(key) < 8:
-            ok &= _strings(codes, len(key))[np.minimum(at_pipe[:, j] + 1, len(codes) - len(key))] == key
+            ok &= text_at(codes, at_pipe[:, j] + 1, key)
             continue
         for start in dict.fromkeys([*range(0, len(key) - 7, 8), len(key) - 8]):
             pipe_of.append(j)
@@ -180,9 +168,3 @@ def _keys_match(codes: np.ndarray, at_pipe: np.ndarray, keys: tuple[bytes, ...])
         at = np.minimum(at_pipe[:, pipe_of] + np.array(offsets), len(words) - 1)
         ok &= (words[at] == np.array(expected, dtype=np.uint64)).all(axis=1)
     return ok
-
-
-def _strings(codes: np.ndarray, width: int) -> np.ndarray:
-    """Every `width` bytes of `codes` as one string, item i starting at byte i (a view, no copy):
-    indexing it with positions compares whole keys in one operation."""
-    return np.ndarray((len(codes) - width + 1,), dtype=f"S{width}", buffer=codes, strides=(1,))

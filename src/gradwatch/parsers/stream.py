@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gradwatch.events import Event, EventKind
+from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import clean, timestamp
 from gradwatch.parsers.base import AuxLines, Block, Hits, Matches, ParseOutput, Parser
 from gradwatch.parsers.keywords import Keywords
@@ -212,7 +213,7 @@ class LogStream:
             aux = self._aux_lines(block, lines, lineno)
             if aux.starts:  # read all at once, after the loop: not candidates
                 lines = lines[~np.isin(lines, aux.lines)]
-                candidates = iter(np.where(lines > 0, block.newlines[lines - 1] + 1, 0).tolist())
+                candidates = iter(line_starts(block.newlines, lines).tolist())
         open_record = self._collecting()  # a multi-line record left open by the previous block
         while True:
             if open_record:
@@ -279,7 +280,7 @@ class LogStream:
                 free = left[~np.isin(left, theirs)]
             mine = parser.aux_lines(block, free, self.out) if len(free) else None
             if mine is not None and len(mine.lines):
-                found.append((parser, mine, np.where(mine.lines > 0, newlines[mine.lines - 1] + 1, 0)))
+                found.append((parser, mine, line_starts(newlines, mine.lines)))
                 left = left[~np.isin(left, mine.lines)]
         if not found:
             return _NO_AUX
@@ -346,7 +347,7 @@ class LogStream:
         if found is not None:
             found = found[~np.isin(found, np.array(linenos, dtype=np.int64) - first)]
             newlines = block.newlines
-            return iter(np.where(found > 0, newlines[found - 1] + 1, 0).tolist()), found
+            return iter(line_starts(newlines, found).tolist()), found
         if not starts:
             return iter(scan.positions(text)), None
         piece_starts = [0, *(e + 1 for e in ends)]  # where each stretch between records begins

@@ -1,0 +1,49 @@
+"""Byte-level searches over a block (`Block.codes`, one byte a character) shared by the layout
+readers: lines by their count of one separator, fixed texts at many positions, line starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Separated:
+    """The lines of a block that hold a separator byte exactly `k` times (`lines_with`)."""
+
+    lines: np.ndarray  # their indices
+    starts: np.ndarray  # where each begins
+    ends: np.ndarray  # where each ends (its newline)
+    at: np.ndarray  # (lines, k): where the separators are
+
+
+def lines_with(codes: np.ndarray, newlines: np.ndarray, byte: int, k: int) -> Separated:
+    """The lines with `byte` exactly `k` times, found with one pass over the block."""
+    found = np.flatnonzero(codes == byte)
+    before = np.searchsorted(found, newlines)  # separators before each line's end
+    counts = np.diff(before, prepend=0)
+    lines = np.flatnonzero(counts == k)
+    at = found[(before - counts)[lines][:, None] + np.arange(k)]
+    return Separated(lines, line_starts(newlines, lines), newlines[lines], at)
+
+
+def line_starts(newlines: np.ndarray, lines: np.ndarray) -> np.ndarray:
+    """Where the lines `lines` (indices) begin, in a block whose lines end at `newlines`."""
+    return np.where(lines > 0, newlines[lines - 1] + 1, 0)
+
+
+def strings(codes: np.ndarray, width: int) -> np.ndarray:
+    """Every `width` bytes of `codes` as one string, item i starting at byte i (a view, no copy):
+    indexing it with positions compares whole texts in one operation."""
+    return np.ndarray((len(codes) - width + 1,), dtype=f"S{width}", buffer=codes, strides=(1,))
+
+
+def text_at(codes: np.ndarray, positions: np.ndarray, text: bytes) -> np.ndarray:
+    """Per position, whether `text` is there (a position that leaves no room for it: no)."""
+    if not text:
+        return np.ones(len(positions), dtype=bool)
+    room = len(codes) - len(text)
+    if room < 0:
+        return np.zeros(len(positions), dtype=bool)
+    return (positions <= room) & (strings(codes, len(text))[np.minimum(positions, room)] == text)
