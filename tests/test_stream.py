@@ -62,7 +62,7 @@ def _random_chunks(n: int, seed: int) -> list[int]:
 
 def _assert_same(a, b) -> None:
     assert a[0] == b[0]
-    pd.testing.assert_frame_equal(a[1], b[1])
+    pd.testing.assert_frame_equal(a[1], b[1], check_exact=True)  # times: to the bit, not to 1e-5
     assert a[2] == b[2]
     # the latest time and step of each batch (of the last one when the input was cut differently);
     # not `last_step_ts`, which the plain path (no `_pending_from`) does not fill in the same way
@@ -199,6 +199,35 @@ ODD_LINES = {
         lambda s, n: _DS_OVERFLOW,
         lambda s, n: s + "\n" + _BAR.format(n + 2),
         lambda s, n: s + "\n" + s,
+        # spacing, values and bars that the layout search (hf_rows) must hand to the regex or per line
+        lambda s, n: s.replace(", ", ",  ", 1),
+        lambda s, n: s.replace("': ", "':", 1),
+        lambda s, n: s.replace(", ", ",\t", 1),
+        lambda s, n: s + " \t",
+        lambda s, n: s.replace("}", "}\r", 1),
+        lambda s, n: " " + s,
+        lambda s, n: re.sub(r"'grad_norm': [^,}]*", "'grad_norm': 'high'", s),
+        lambda s, n: re.sub(r"'loss': [^,}]*", "'loss': None", s),
+        lambda s, n: re.sub(r"'grad_norm': [^,}]*", "'grad_norm': None", s),
+        lambda s, n: re.sub(r"'loss': [^,}]*", "'loss': 1e400", s),
+        lambda s, n: re.sub(r"'loss': [^,}]*", "'loss': 123456789012345678.5", s),
+        lambda s, n: re.sub(r"'loss': [^,}]*", "'loss': 1E-5", s),
+        lambda s, n: re.sub(r"'loss': [^,}]*", "'loss': +1.5", s),
+        lambda s, n: re.sub(r"'loss': [^,}]*", "'loss': -0", s),
+        lambda s, n: re.sub(r"'loss': [^,}]*", "'loss': 00.50", s),
+        lambda s, n: re.sub(r"'learning_rate': [^,}]*", "'learning_rate': 5.", s),
+        lambda s, n: re.sub(r"('grad_norm': [-0-9.]*)[0-9]", "\\g<1>\u0663", s, count=1),
+        lambda s, n: s.replace("}", ", 'extra': 1.0}", 1),
+        lambda s, n: re.sub(r", 'epoch': [^}]*", "", s),
+        lambda s, n: s.replace("'grad_norm'", "'grad_norm_x'", 1),
+        lambda s, n: s.replace("{", "{\0", 1),
+        lambda s, n: s + "\n" + _BAR.format(n).replace("|", "\u2502", 1),
+        lambda s, n: s + "\n" + _BAR.format(n).replace(" ", "\t", 1),
+        lambda s, n: s + "\n" + _BAR.format(n).replace("\u2588", "\r", 1),
+        lambda s, n: s + "\n" + _BAR.format("1\u0663"),
+        lambda s, n: s + "\n" + _BAR.format(10**15 + n),
+        lambda s, n: s + "\n" + _BAR.format(n).replace(" 10%", "1000%"),
+        lambda s, n: s + "\n        " + _BAR.format(n),
     ],
     # record lines that the layout search (megatron_rows) must hand to the regex or the per-line path
     "megatron-deepspeed": [

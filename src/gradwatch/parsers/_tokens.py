@@ -20,9 +20,12 @@ from gradwatch.parsers._arrow import arrow
 _FLOAT = r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:nan|inf|infinity))$"
 
 
-def numbers_at(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def numbers_at(
+    codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, drop: str = ""
+) -> tuple[np.ndarray, np.ndarray]:
     """The number in each range `codes[starts:ends]`, for ranges given as rows of `k` columns,
-    ascending and apart (each ends at or before the next one starts); `codes` is ASCII.
+    ascending and apart (each ends at or before the next one starts); `codes` is ASCII. `drop`:
+    a character taken out first (thousands separators, as `_text.number` does).
 
     Returns (values of the rows whose every range is a number, (rows, k); which rows those are).
     """
@@ -31,7 +34,10 @@ def numbers_at(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple
     rows, k = starts.shape
     if rows == 0:
         return np.zeros((0, k)), np.zeros(0, dtype=bool)
-    tokens = pc.ascii_trim_whitespace(ranges_array(codes, starts, ends))
+    tokens = ranges_array(codes, starts, ends)
+    if drop:
+        tokens = pc.replace_substring(tokens, drop, "")
+    tokens = pc.ascii_trim_whitespace(tokens)
     values = floats(tokens)
     if values is not None:
         return values.reshape(rows, k), np.ones(rows, dtype=bool)

@@ -132,6 +132,11 @@ class Hits(Protocol):
         """The step of hit `k`: the stream tells it to the lines read one by one after it."""
         ...
 
+    @property
+    def spans(self) -> np.ndarray | None:
+        """How many lines each hit covers, from the line it begins on (None: one line each)."""
+        ...
+
     def subset(self, keep: list[int]) -> Hits:
         """The hits at these indices (ascending): those the stream hands back to be recorded."""
         ...
@@ -139,6 +144,8 @@ class Hits(Protocol):
 
 class Matches(list[re.Match[str]]):
     """Regex matches of record lines as `Hits`: group 1 of each is its step."""
+
+    spans = None
 
     @property
     def starts(self) -> list[int]:
@@ -166,6 +173,8 @@ class TableHits:
     line_starts: np.ndarray
     steps: np.ndarray
     values: np.ndarray
+
+    spans = None
 
     @staticmethod
     def empty(width: int) -> TableHits:
@@ -249,6 +258,12 @@ class Parser(ABC):
     def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
         """Record the lines found by `bulk_matches` (only called when it returned some)."""
         raise NotImplementedError
+
+    def bulk_close(self, out: ParseOutput) -> bool:
+        """A line read one by one while this parser's multi-line record is open is the first line
+        of one of its bulk hits: close the record as reading that line would, and return True
+        (the line is then read in bulk). False (default): the hit is read one by one."""
+        return False
 
     def bulk_passed(self, hits: Hits, k: int) -> None:  # noqa: B027 - optional hook
         """The next line offered one by one comes after bulk hit `k`, the latest record before it,

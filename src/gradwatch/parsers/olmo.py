@@ -16,6 +16,10 @@ metric intervals: they produce no record. Numbers follow OLMo's `format_float` (
 `str()` below 1e-4, `nan`). A launcher prefix such as srun's `0:     ` swallows the indentation,
 so an unindented `group/name=value` line also continues a record.
 
+Bulk path: once the file is locked to this parser, records of a shape read one by one before
+(the same indented keys in the same order) are found and read for a whole block at once
+(`olmo_rows`); up to `_LAYOUTS` shapes are remembered, as runs alternate a few.
+
 Checkpoint lines (OLMo `olmo/train.py`, OLMo-core `trainer.py`/checkpointer callback):
 `Loading checkpoint from <path>...` (remembered), `Will resume training from step N, epoch E`
 (load event with the step), `Checkpoint successfully loaded` (load event when no step was given),
@@ -25,10 +29,14 @@ Checkpoint lines (OLMo `olmo/train.py`, OLMo-core `trainer.py`/checkpointer call
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number
-from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers.base import Block, BulkTrack, Hits, ParseOutput, Parser
+from gradwatch.parsers.olmo_rows import Layout, Records, find
 
 # `[step=N/M]` (early OLMo), `,epoch=E`, OLMo-core `,eta=...`; rich's handler may add `file.py:123`
 _MARKER = re.compile(r"\[step=(\d{1,18})/(?:\d+|\?+|None)(?:,epoch=\d+)?(?:,eta=[^\]]*)?\]\s*(?:[\w.-]+:\d+\s*)?$")
@@ -54,8 +62,44 @@ _KEYS: dict[str, str] = {
 }
 
 
+#: record shapes remembered for the bulk path, the latest first
+_LAYOUTS = 4
+
+
 def _key(name: str) -> str:
     return name.strip().lower().replace(" ", "").replace("_", "")
+
+
+def _canonical(key: str) -> str | None:
+    k = _key(key)
+    canonical = _KEYS.get(k)
+    if canonical is None and k.startswith("optim/lr"):
+        canonical = "lr"
+    return canonical
+
+
+@dataclass
+class _Record:
+    """The record being read line by line, and the shape of its metric lines so far."""
+
+    step: int
+    line: int
+    ts: float | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    nonfinite: list[str] = field(default_factory=list)
+    #: each metric line up to its `=` (None once a line has no shape the bulk path can search)
+    keys: list[str] | None = field(default_factory=list)
+
+    def layout(self) -> Layout | None:
+        """This record's shape for the bulk path, if it has one."""
+        if not self.keys or not self.metrics:
+            return None
+        read: dict[str, int] = {}
+        for j, key in enumerate(self.keys):
+            canonical = _canonical(key[:-1])
+            if canonical is not None:
+                read.setdefault(canonical, j)
+        return Layout(tuple(k.encode() for k in self.keys), tuple((j, name) for name, j in read.items()))
 
 
 class OlmoParser(Parser):
@@ -65,10 +109,11 @@ class OlmoParser(Parser):
     description = "OLMo / OLMo-core `[step=N/M,epoch=E]` marker + indented `key=value` metric lines"
 
     def __init__(self) -> None:
-        # the open record: (step, line, ts, metrics, nonfinite)
-        self._open: tuple[int, int, float | None, dict[str, float], list[str]] | None = None
+        self._open: _Record | None = None
         self._loading: str | None = None  # path of a `Loading checkpoint from` not yet resolved
         self._last_save: int | None = None
+        self._layouts: list[Layout] = []  # the latest first
+        self._bulk = BulkTrack()
 
     @property
     def collecting(self) -> bool:
@@ -84,7 +129,7 @@ class OlmoParser(Parser):
             if m is None:
                 return False
             step = int(m.group(1))
-            self._open = (step, line, ts, {}, [])
+            self._open = _Record(step, line, ts)
             out.last_step = step
             return True
         if "heckpoint" in text or "resume training" in text:
@@ -93,34 +138,69 @@ class OlmoParser(Parser):
 
     def _metric_line(self, text: str) -> bool:
         """Add one `key=value` line to the open record; False when the line is not one."""
-        assert self._open is not None
+        record = self._open
+        assert record is not None
         if not text[:1].isspace() and _BARE_METRIC.match(text) is None:
             return False
         key, sep, value = text.strip().partition("=")
         if not sep or not key:
             return False
-        k = _key(key)
-        canonical = _KEYS.get(k)
-        if canonical is None and k.startswith("optim/lr"):
-            canonical = "lr"
-        metrics, nonfinite = self._open[3], self._open[4]
-        if canonical is not None and canonical not in metrics:
+        if record.keys is not None:
+            indented = text[:1].isspace() and text.isascii() and "\0" not in text
+            record.keys = record.keys + [text[: text.index("=") + 1]] if indented else None
+        canonical = _canonical(key)
+        if canonical is not None and canonical not in record.metrics:
             try:
                 v = number(value)
             except ValueError:
                 return True  # a metric line whose value we do not read (e.g. a duration)
-            metrics[canonical] = v
+            record.metrics[canonical] = v
             if is_nonfinite(v):
-                nonfinite.append(canonical)
+                record.nonfinite.append(canonical)
         return True
 
     def flush(self, out: ParseOutput) -> None:
-        if self._open is None:
+        record = self._open
+        if record is None:
             return
-        step, line, ts, metrics, nonfinite = self._open
         self._open = None
-        if metrics:  # a bare marker (no metric lines) is progress, not a record
-            out.record(self.name, step, line, ts, metrics, nonfinite)
+        if record.metrics:  # a bare marker (no metric lines) is progress, not a record
+            out.record(self.name, record.step, record.line, record.ts, record.metrics, record.nonfinite)
+            self._learn(record.layout())
+            self._bulk.count(self.name, out)
+
+    def _learn(self, layout: Layout | None) -> None:
+        """Remember the shape of a record read one by one; a new one is searched for at once."""
+        if layout is None or layout in self._layouts[:1]:
+            return
+        known = layout in self._layouts
+        self._layouts = [layout, *(other for other in self._layouts if other != layout)][:_LAYOUTS]
+        if not known:
+            self._bulk.changed()
+
+    def can_bulk(self) -> bool:
+        return self._bulk.locked and bool(self._layouts)
+
+    def bulk_shape(self) -> object | None:
+        return self._bulk.shape if self.can_bulk() else None
+
+    def bulk_matches(self, block: Block) -> Records:
+        """Records of a known shape (the bulk path; see LogStream and `olmo_rows`)."""
+        if not self.can_bulk():
+            return Records.empty(())
+        found = find(self._layouts, block.codes, block.newlines, block.ascii)
+        self._bulk.handed(len(found), retry=False)
+        return found
+
+    def bulk_close(self, out: ParseOutput) -> bool:
+        self.flush(out)  # a bulk record's marker is no metric line: it ends the open record
+        return True
+
+    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
+        assert isinstance(hits, Records)
+        lines = np.array(linenos, dtype=np.int64)
+        out.record_columns(self.name, hits.steps, lines, hits.ts, hits.values, hits.nonfinite)
+        self._bulk.count(self.name, out)
 
     def _checkpoint(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         m = _RESUME.search(text)

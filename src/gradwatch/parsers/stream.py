@@ -201,13 +201,14 @@ class LogStream:
         bulk_parser = self._main_parser()
         hits = bulk_parser.bulk_matches(block) if bulk_parser is not None else Matches()
         shape = bulk_parser.bulk_shape() if hits and bulk_parser is not None else None
-        starts, ends, linenos = _line_bounds(block.newlines, hits.starts, lineno)
+        starts, ends, linenos, covered = _line_bounds(block.newlines, hits.starts, hits.spans, lineno)
         taken = [True] * len(hits)
         i, n_bulk = 0, len(hits)  # the next bulk record
         last_line_record = -1  # position of the last record parsed line by line
+        last_line_step = -1  # position of the last line read one by one that set the step
         out = self.out
         pos = 0  # everything before this position has been handled
-        candidates, lines = self._outside(block, starts, ends, linenos, lineno)
+        candidates, lines = self._outside(block, starts, ends, covered)
         aux = _NO_AUX
         if lines is not None and self._aux_readers:
             aux = self._aux_lines(block, lines, lineno)
@@ -232,36 +233,44 @@ class LogStream:
                 end = text.find("\n", start)
                 lineno += text.count("\n", pos, start)
                 if i < n_bulk and starts[i] == start:
+                    before = out.records.added
+                    if bulk_parser is not None and self._closes_at_hit(bulk_parser):
+                        if out.records.added != before:  # the record it closed ends before this line
+                            last_line_record = last_line_step = start - 1
+                            new_record = True
+                        break
                     taken[i] = False  # a bulk-shaped line inside a multi-line record
                     i += 1
-                if i and taken[i - 1] and last_line_record < starts[i - 1] and bulk_parser is not None:
-                    out.last_step = hits.step(i - 1)
-                    bulk_parser.bulk_passed(hits, i - 1)
+                if i and taken[i - 1] and bulk_parser is not None:
+                    if last_line_step < starts[i - 1]:
+                        out.last_step = hits.step(i - 1)
+                    if last_line_record < starts[i - 1]:
+                        bulk_parser.bulk_passed(hits, i - 1)
                 if aux.starts and start in aux.starts:
                     aux.inside.add(start)  # a line of a multi-line record: read one by one
-                before = out.records.added
+                before, step_before = out.records.added, out.last_step
                 if end > start:
                     self._parse_line(text[start:end], lineno)
                 if out.records.added != before:
                     last_line_record, new_record = start, True
+                if out.records.added != before or out.last_step != step_before:
+                    last_line_step = start
                 if out.step_ts_pending:
                     self._pending_from = end + 1
                 pos = start = end + 1
                 lineno += 1
-                if start >= len(text) or not self._collecting():
-                    break
-            if not new_record or pos >= len(text) or depth >= _MAX_RESCANS:
+                if start >= len(text) or not self._collecting() or (new_record and self._reshaped(shape, depth)):
+                    break  # (a multi-line record still open when reshaped: the search of the rest goes on with it)
+            if not new_record or pos >= len(text) or not self._reshaped(shape, depth):
                 continue
-            main = self._main_parser()
-            if main is not None and main.bulk_shape() is not shape:  # also when it can no longer
-                # a record read one by one changed what the bulk reader matches: read the rest again
-                done = [k for k in range(i) if taken[k] and starts[k] < pos]
-                self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, last_line_record)
-                self._write_aux(aux, pos)
-                self._candidate_lines(_rest(block, pos), lineno, depth + 1)
-                return
+            # a record read one by one changed what the bulk reader matches: read the rest again
+            done = [k for k in range(i) if taken[k] and starts[k] < pos]
+            self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step))
+            self._write_aux(aux, pos)
+            self._candidate_lines(_rest(block, pos), lineno, depth + 1)
+            return
         done = [k for k, ok in enumerate(taken) if ok]
-        self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, last_line_record)
+        self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step))
         self._write_aux(aux, len(text))
 
     def _aux_lines(self, block: Block, lines: np.ndarray, first: int) -> _AuxRound:
@@ -312,28 +321,32 @@ class LogStream:
         linenos: list[int],
         starts: list[int],
         done: list[int],
-        last_line_record: int,
+        read_one_by_one: tuple[int, int],
     ) -> None:
-        """Record the bulk hits `done` (indices), keeping the facts of a later per-line record."""
+        """Record the bulk hits `done` (indices), keeping the facts of later lines read one by one:
+        `read_one_by_one` holds where the last one that wrote a record, and the last one that set
+        the step (a record, or OLMo's marker of a record still open), begin."""
         if not done or parser is None:
             return
         out = self.out
-        line_record_after = last_line_record > starts[done[-1]]
+        last_record, last_step = (at > starts[done[-1]] for at in read_one_by_one)
         saved = (out.last_step, out.last_step_ts, out.step_ts_pending)
         parser.bulk_records(text, hits.subset(done), [linenos[k] for k in done], out)
         if not self._locked and out.counts.get(parser.name, 0) >= LOCK_AFTER_RECORDS:
             self._lock_format(parser)
-        if line_record_after:
-            out.last_step, out.last_step_ts, out.step_ts_pending = saved
+        if last_step:
+            out.last_step = saved[0]
+        if last_record:
+            out.last_step_ts, out.step_ts_pending = saved[1:]
         elif out.step_ts_pending:
             self._pending_from = text.find("\n", starts[done[-1]]) + 1
 
     def _outside(
-        self, block: Block, starts: list[int], ends: list[int], linenos: list[int], first: int
+        self, block: Block, starts: list[int], ends: list[int], covered: np.ndarray
     ) -> tuple[Iterator[int], np.ndarray | None]:
-        """Positions of candidate keywords in `block`, outside the bulk record lines (at `starts`
-        to `ends`, numbered `linenos`; the block's first line is number `first`), and the
-        indices of their lines where these are known.
+        """Positions of candidate keywords in `block`, outside the bulk records (at `starts` to
+        `ends`, on the lines `covered`: their indices in the block), and the indices of their
+        lines where these are known.
 
         Where RE2 reads the keywords as `re` does (`Keywords.lines`), the lines with a keyword are
         found at once and the bulk lines taken out of them. Otherwise the text between bulk
@@ -345,7 +358,7 @@ class LogStream:
         text = block.text
         found = scan.lines(block.codes, block.newlines, ascii_only=block.ascii)
         if found is not None:
-            found = found[~np.isin(found, np.array(linenos, dtype=np.int64) - first)]
+            found = found[~np.isin(found, covered)]
             newlines = block.newlines
             return iter(line_starts(newlines, found).tolist()), found
         if not starts:
@@ -369,6 +382,22 @@ class LogStream:
             if not p.auxiliary and counts.get(p.name):
                 return p
         return None
+
+    def _reshaped(self, shape: object | None, depth: int) -> bool:
+        """Whether what the bulk reader matches is no longer `shape` (also when it can no longer
+        match), and the rest of the block may still be searched again."""
+        main = self._main_parser()
+        return depth < _MAX_RESCANS and main is not None and main.bulk_shape() is not shape
+
+    def _closes_at_hit(self, parser: Parser) -> bool:
+        """Whether a line read one by one that reached a bulk hit of `parser` ends there: when
+        the record open is the parser's own, which its next record always closes (it is closed
+        here, `Parser.bulk_close`), rather than another parser's (a traceback), which may go on."""
+        if not parser.collecting:
+            return False
+        if any(p.collecting for p in self._collectors if p is not parser):
+            return False
+        return parser.bulk_close(self.out)
 
     def _collecting(self) -> bool:
         for p in self._collectors:  # noqa: SIM110 - a loop, not any(): asked once per line
@@ -466,16 +495,21 @@ def _rest(block: Block, pos: int) -> Block:
     return Block(block.text[pos:], block.codes[pos:], newlines[newlines >= pos] - pos, block.ascii)
 
 
-def _line_bounds(newlines: np.ndarray, positions: list[int], first: int) -> tuple[list[int], list[int], list[int]]:
-    """Start, end (its newline) and number of the line of each position (ascending) in a text
-    with these `newlines` that ends with one and begins with line number `first`: a vectorised
-    lookup instead of a search per position.
+def _line_bounds(
+    newlines: np.ndarray, positions: list[int], spans: np.ndarray | None, first: int
+) -> tuple[list[int], list[int], list[int], np.ndarray]:
+    """For hits at `positions` (ascending) covering `spans` lines each (None: one) in a text with
+    these `newlines` that ends with one and begins with line number `first`: where each hit's
+    first line starts, where its last line ends (its newline), the number of its first line, and
+    the indices of all the lines the hits cover. A vectorised lookup, not a search per position.
     """
     if not positions:
-        return [], [], []
+        return [], [], [], np.zeros(0, dtype=np.int64)
     index = np.searchsorted(newlines, np.array(positions, dtype=np.int64))  # the newline ending each line
     starts = np.where(index > 0, newlines[np.maximum(index - 1, 0)] + 1, 0)
-    return starts.tolist(), newlines[index].tolist(), (index + first).tolist()
+    last = index if spans is None else index + spans - 1
+    covered = index if spans is None else np.repeat(index - np.cumsum(spans) + spans, spans) + np.arange(spans.sum())
+    return starts.tolist(), newlines[last].tolist(), (index + first).tolist(), covered
 
 
 def _keywords(parsers: list[Parser]) -> Keywords | None:
