@@ -91,6 +91,9 @@ SPECS = [
     RunSpec(fmt="olmo", steps=3000, seed=6, z_loss=True, anomalies=(Anomaly("logit_norm_drift", 1800),)),
     RunSpec(fmt="composer", steps=3000, seed=7, anomalies=(Anomaly("loss_spike", 2000),)),
     RunSpec(fmt="torchtitan", steps=3000, seed=8, anomalies=(Anomaly("throughput_drop", 2000),)),
+    # read in order (the step is counted from the file's start), segment after segment
+    RunSpec(fmt="hf-trainer", steps=3000, seed=10, restarts=(1200,), anomalies=(Anomaly("loss_spike", 2000),)),
+    RunSpec(fmt="jsonl", steps=3000, seed=11, anomalies=(Anomaly("grad_norm_spike", 2000),)),
 ]
 
 

@@ -10,8 +10,11 @@ to the segment that holds its first line: a worker finishes a multi-line record 
 its segment's end and drops what begins after it. Detectors and summaries run in the main process
 on the batches in file order, so alerts are those of a sequential read (tests/test_segments.py).
 
-Only parsers marked `segment_safe` are split: a parser that counts from the start of the file
-(Hugging Face Trainer dicts numbered by position) is read in one piece.
+Only parsers marked `segment_safe` are split. A parser that counts from the start of the file
+(Hugging Face Trainer dicts numbered by position, JSON lines without a step) is read in order
+instead: one segment after the other, each going on from the stream exactly as the one before left
+it (handed over, no warm-up), by a worker, while this process runs the detectors on the segment
+before. That is still a sequential read, only on two cores: parsing beside detecting.
 """
 
 from __future__ import annotations
@@ -71,9 +74,10 @@ def stream_ready(stream: LogStream) -> bool:
     """Whether a stream that has read a file's head may be copied into workers.
 
     A record may still be open (OLMo's records end only when the next one begins): the first
-    segment goes on from the head exactly, without a warm-up, and finishes it.
+    segment goes on from the head exactly, without a warm-up, and finishes it. A stream whose
+    format may not be split is read in order (`SegmentReader.batches`).
     """
-    return stream.format_locked and not stream.has_partial_line and stream.segment_safe
+    return stream.format_locked and not stream.has_partial_line
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,9 @@ class _Task:
     end: int
     last: bool  # the file's last segment: close the stream at its end
     warmup: int
+    #: read in order: the stream goes on into the next segment as it is (a record still open
+    #: stays open), and is handed back to be handed to that segment's task
+    hand_over: bool = False
 
 
 @dataclass
@@ -93,7 +100,7 @@ class _Segment:
     skip: int
     lines: int  # lines in the segment proper
     size: int  # its bytes
-    stream: LogStream | None  # the worker's stream, for the last segment (the state after the file)
+    stream: LogStream | None  # the worker's stream: after the last segment, or to hand over
 
 
 class SegmentReader:
@@ -119,6 +126,9 @@ class SegmentReader:
 
         With the last batch comes the stream as it stands at the end of the file (else None).
         """
+        if not stream.segment_safe:
+            yield from self._in_order(stream, head_end)
+            return
         template = pickle.dumps(stream)
         bounds = segment_bounds(self.path, head_end, SEGMENT_BYTES)
         tasks = [
@@ -133,10 +143,7 @@ class SegmentReader:
             if len(in_flight) >= 2 * self.jobs:
                 break
         while in_flight:
-            try:
-                segment = in_flight.popleft().result()
-            except BrokenProcessPool:
-                raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
+            segment = self._result(in_flight.popleft())
             for task in pending:
                 in_flight.append(self._pool.submit(read_segment, task))
                 break
@@ -145,6 +152,32 @@ class SegmentReader:
             if segment.stream is not None:
                 segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
             yield batch, segment.stream, segment.size
+
+    def _in_order(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
+        """`batches` of a format that may not be split: each segment's task starts from the stream
+        the one before handed back, and is sent before that one's batch goes to the detectors."""
+        bounds = segment_bounds(self.path, head_end, SEGMENT_BYTES)
+        upcoming = self._hand_over(stream, bounds, 0)
+        for k in range(len(bounds)):
+            segment = self._result(upcoming)
+            assert segment.stream is not None
+            last = k == len(bounds) - 1
+            if not last:
+                upcoming = self._hand_over(segment.stream, bounds, k + 1)
+            yield _shifted(segment.batch, segment.events, 0), segment.stream if last else None, segment.size
+
+    def _hand_over(self, stream: LogStream, bounds: list[tuple[int, int]], k: int) -> Future[_Segment]:
+        """Start reading segment `k` of `bounds` from `stream`, where the one before it ended."""
+        start, end = bounds[k]
+        last = k == len(bounds) - 1
+        task = _Task(str(self.path), pickle.dumps(stream), start, end, last, 0, hand_over=not last)
+        return self._pool.submit(read_segment, task)
+
+    def _result(self, future: Future[_Segment]) -> _Segment:
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
 
 
 def segment_bounds(path: Path, start: int, size: int) -> list[tuple[int, int]]:
@@ -194,7 +227,7 @@ def read_segment(task: _Task) -> _Segment:
             lines = stream.lines - warm_lines
             if task.last:
                 stream.close()
-            else:
+            elif not task.hand_over:
                 _finish_open_record(stream, fh)
     except OSError as e:
         raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
@@ -203,7 +236,8 @@ def read_segment(task: _Task) -> _Segment:
     batch = _within(stream.take(), first, warm_lines + lines)
     events = _PackedEvents.of(batch.events)
     batch = dataclasses.replace(batch, events=[])
-    return _Segment(batch, events, warm_lines, lines, task.end - task.start, stream if task.last else None)
+    handed = stream if task.last or task.hand_over else None
+    return _Segment(batch, events, warm_lines, lines, task.end - task.start, handed)
 
 
 def _warmup(fh: BinaryIO, start: int, size: int) -> bytes:
