@@ -17,7 +17,9 @@ records carry only `val_loss`. In a line cut before its `mfu` field the last val
 
 Bulk path: once the file is locked to this parser, metrics lines of the usual form (the `[titan]`
 tag, an optional `[rankN]:` prefix, torchtitan's own colours, plain numbers) are read in bulk,
-one regex pass and one numeric conversion per block, copies from other ranks dropped there too.
+found by their layout (`torchtitan_rows`: the fixed text between the values, measured on the
+first such line) at numpy speed, the few lines it does not fit by a regex; the layout takes only
+lines the regex takes and reads them alike. Copies from other ranks are dropped there too.
 Lines read one by one in between learn of the bulk records before them from `out.last_step` (the
 stream sets it from the latest match): its step is looked up among the block's matches, which
 gives this parser's last step and the time the stream's `last_ts` would have had. For that the
@@ -35,8 +37,21 @@ from typing import Any
 import numpy as np
 
 from gradwatch.events import EventKind
+from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import clean, is_nonfinite, number, timestamp, timestamps
-from gradwatch.parsers.base import Block, BulkTrack, Hits, Matches, ParseOutput, Parser, lines_outside, number_table
+from gradwatch.parsers.base import Block, BulkTrack, Hits, ParseOutput, Parser, TableHits, number_table
+from gradwatch.parsers.torchtitan_rows import (
+    GROUPED,
+    HEAD,
+    MEMORY,
+    METRICS,
+    MFU,
+    NUMBER,
+    STEP,
+    Layout,
+    find,
+    step_lines,
+)
 
 _STEP = re.compile(r"(?:\b(validate)\s+)?\bstep:\s*(\d{1,18})\s+loss:\s*(\S+)")
 _FIELDS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -50,36 +65,49 @@ _LOAD_FROM = re.compile(r"Loading the checkpoint from (.+?)\.?\s*$")
 _STARTS = re.compile(r"Training starts at step (\d{1,18})\b")
 
 # Bulk path: a metrics line as torchtitan prints it, group 1 the step (looked ahead to: it comes
-# after the time), then the seven numbers of the time, then the metrics' values.
+# after the time), then the seven numbers of the time, then the metrics' values (`METRICS`); the
+# values' grammars are those `torchtitan_rows` checks.
 _C = r"(?:\x1b\[[\d;]*m)?"  # torchtitan's colour code before a field
-_NUMBER = r"-?\d{1,17}(?:\.\d+)?(?:[eE][+-]?\d{1,2})?"
-_GROUPED = r"\d[\d,]{0,20}(?:\.\d+)?"  # 7,322
-_HEAD = r"(?:\[(?:rank|default)\d{1,5}\]:)?\[titan\] "
 _TIME = r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3})"
 _INFO = r" - [\w.]+ - INFO - " + _C + "step: +"
 _BULK_LINE = re.compile(
-    rf"^(?={_HEAD}{_TIME.replace('(', '(?:')}{_INFO}(\d{{1,15}}) ){_HEAD}{_TIME}{_INFO}\d+ +"
-    rf"{_C}loss: +({_NUMBER}) +(?:{_C}grad_norm: +({_NUMBER}) +)?{_C}memory: +[\d.]+\w*\([\d.]+%\) +"
-    rf"{_C}tps: +({_GROUPED}) +{_C}tflops: +({_GROUPED}) +{_C}mfu: +(?:(\d+(?:\.\d+)?)%|N/A){_C}[ \t\r]*$",
+    rf"^(?={HEAD}{_TIME.replace('(', '(?:')}{_INFO}({STEP}) ){HEAD}{_TIME}{_INFO}\d+ +"
+    rf"{_C}loss: +({NUMBER}) +(?:{_C}grad_norm: +({NUMBER}) +)?{_C}memory: +{MEMORY} +"
+    rf"{_C}tps: +({GROUPED}) +{_C}tflops: +({GROUPED}) +{_C}mfu: +{MFU}{_C}[ \t\r]*$",
     re.M | re.ASCII,
 )
-#: metrics after the time in `_BULK_LINE`'s groups
-_BULK_METRICS = ("loss", "grad_norm", "tps", "tflops", "mfu")
 _LOADS = ("Loading the checkpoint", "Training starts")
+_WIDTH = 1 + len(METRICS)  # the numbers of a hit: its time, then the METRICS
+
+
+def _none() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
 
 
 @dataclass
 class _Round:
-    """The bulk matches handed out for the block being read, for the lines read one by one in it."""
+    """The bulk hits handed out for the block being read, for the lines read one by one in it."""
 
-    matches: Matches = field(default_factory=Matches)
-    #: where the non-copies are in `matches`, and their steps (rising)
-    fresh: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    #: positions of the matches that repeat the step before them
-    copies: set[int] = field(default_factory=set)
-    #: the step of the latest match a per-line call took into account
+    hits: TableHits = field(default_factory=lambda: TableHits.empty(_WIDTH))
+    #: where the non-copies are in `hits`, their steps (rising) and times
+    fresh: np.ndarray = field(default_factory=_none)
+    steps: np.ndarray = field(default_factory=_none)
+    times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    #: where the hits that repeat the step before them begin (ascending)
+    copies: np.ndarray = field(default_factory=_none)
+    #: the step of the latest hit a per-line call took into account
     applied: int = -1
+
+
+def _of_matches(matches: list[re.Match[str]]) -> TableHits:
+    """Metrics lines the bulk regex found, every number converted in one call."""
+    if not matches:
+        return TableHits.empty(_WIDTH)
+    tokens = list(chain.from_iterable(m.groups("nan") for m in matches))  # nan: not logged
+    table = number_table(tokens, len(matches), drop=",")
+    at = np.array([m.start() for m in matches], dtype=np.int64)  # a line start: the regex begins with ^
+    values = np.column_stack([timestamps(table[:, 1:8]), table[:, 8:]])
+    return TableHits(at, at, table[:, 0].astype(np.int64), values)
 
 
 class TorchtitanParser(Parser):
@@ -87,6 +115,9 @@ class TorchtitanParser(Parser):
     segment_safe = True
     scan = r"step:|checkpoint|Training starts"
     description = "torchtitan `step: N  loss: X  grad_norm: ...  tps: ...  mfu: ...%` lines"
+    #: the metrics lines' layout, once measured (a class default, so that parsers pickled in
+    #: older scan states have it)
+    _layout: Layout | None = None
 
     def __init__(self) -> None:
         self._last_step: int | None = None  # of the previous training record (rank dedupe)
@@ -97,12 +128,17 @@ class TorchtitanParser(Parser):
         self._bulk = BulkTrack()
         self._seen: int | None = None  # out.last_step after the latest per-line call or bulk chunk
         self._round = _Round()
+        self._layout = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Without the block's matches: `scan` and `check --jobs` pickle parsers between blocks."""
         state = self.__dict__.copy()
-        state["_round"] = _Round()
+        del state["_round"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._round = _Round()  # an older state's may be of another shape
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         self._bulk.seen(line)
@@ -122,7 +158,8 @@ class TorchtitanParser(Parser):
         if k == len(done.steps) or done.steps[k] != step:
             return
         done.applied = self._last_step = step
-        self._ts(clean(done.matches[done.fresh[k]].group()), None, out)  # sets out.last_ts
+        if not np.isnan(done.times[k]):  # as `_ts` reads the line's time
+            out.last_ts = float(done.times[k])
 
     def _parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if "step:" in text and "loss:" in text:
@@ -215,48 +252,72 @@ class TorchtitanParser(Parser):
     def bulk_shape(self) -> object | None:
         return self._bulk.shape if self.can_bulk() else None
 
-    def bulk_matches(self, block: Block) -> Matches:
+    def bulk_matches(self, block: Block) -> TableHits:
         """Metrics lines of the usual form, up to the first line that must be read one by one and
         could change the last step, and while the new steps rise (the bulk path; see LogStream)."""
-        text = block.text
-        found = list(_BULK_LINE.finditer(text)) if self.can_bulk() else []
-        cut = self._cut(text, found)
-        steps = np.fromiter((int(m.group(1)) for m in found[:cut]), dtype=np.int64, count=cut)
+        colons = np.flatnonzero(block.codes == ord(":"))
+        hits = self._find(block, colons) if self.can_bulk() else TableHits.empty(_WIDTH)
+        cut = self._cut(block, hits, colons)
+        steps = hits.steps[:cut]
         previous = np.concatenate([[-1 if self._last_step is None else self._last_step], steps[:-1]])
         fresh = np.flatnonzero(steps != previous)
         floor = max((s for s in (self._seen, self._last_step) if s is not None), default=-1)
         rising = steps[fresh] > np.concatenate([[floor], steps[fresh][:-1]])
         stop = cut if rising.all() else int(fresh[np.argmin(rising)])
         fresh = fresh[fresh < stop]
-        copies = {found[k].start() for k in np.flatnonzero(steps[:stop] == previous[:stop]).tolist()}
-        self._round = _Round(Matches(found[:stop]), fresh, steps[fresh], copies, floor)
-        self._bulk.handed(stop, retry=stop < len(found))
-        return self._round.matches
+        copies = hits.at[np.flatnonzero(steps[:stop] == previous[:stop])]
+        taken = hits.subset(np.arange(stop))
+        self._round = _Round(taken, fresh, steps[fresh], taken.values[fresh, 0], copies, floor)
+        self._bulk.handed(stop, retry=stop < len(hits))
+        return taken
 
-    def _cut(self, text: str, found: list[re.Match[str]]) -> int:
-        """How many of the lines `found` come before the first line that must be read one by one
-        and could change the last step: a load, another metrics line, or a validation line of
+    def _find(self, block: Block, colons: np.ndarray) -> TableHits:
+        """The block's metrics lines that the bulk regex matches: found by their layout (measured
+        on the first of them, again when most lines no longer fit it), the rest by the regex."""
+        text = block.text
+        if self._layout is None:
+            first = _BULK_LINE.search(text)
+            if first is None:
+                return TableHits.empty(_WIDTH)
+            self._layout = Layout.of(first.group())
+        rows = find(self._layout, block.codes, block.newlines, colons)
+        hits = TableHits(rows.line_starts, rows.line_starts, rows.steps, rows.values)
+        odd = [m for start, end in rows.odd if (m := _BULK_LINE.search(text, start, end)) is not None]
+        if len(odd) > len(hits):
+            self._layout = Layout.of(odd[0].group())
+        return hits.merged(_of_matches(odd)) if odd else hits
+
+    def _cut(self, block: Block, hits: TableHits, colons: np.ndarray) -> int:
+        """How many of the `hits` come before the first line that must be read one by one and
+        could change the last step: a load, another metrics line, or a validation line of
         another step than the training line before it."""
+        text = block.text
         loads = [i for i in (text.find(w) for w in _LOADS) if i >= 0]
-        cut = sum(1 for m in found if m.start() < min(loads)) if loads else len(found)
-        for start, end, before in lines_outside(text, "step:", found[:cut], usual="validate step:"):
+        cut = int(np.searchsorted(hits.at, min(loads))) if loads else len(hits)
+        taken = hits.line_starts[:cut]
+        lines = step_lines(block.codes, block.newlines, colons)
+        if len(lines) == cut:  # each hit holds one `step:`: these are all
+            return cut
+        starts = line_starts(block.newlines, lines)
+        before = np.searchsorted(taken, starts)
+        other = before == len(taken)
+        other[~other] = taken[before[~other]] != starts[~other]
+        ends = block.newlines[lines[other]]
+        for start, end, k in zip(starts[other].tolist(), ends.tolist(), before[other].tolist(), strict=True):
             m = _STEP.search(clean(text[start:end]))
-            previous = int(found[before - 1].group(1)) if before else self._last_step
+            previous = int(hits.steps[k - 1]) if k else self._last_step
             if m is None or m.group(1) is None or int(m.group(2)) != previous:
-                return before
+                return k
         return cut
 
     def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
-        """Bulk lines as one columnar chunk, copies from other ranks dropped: every number, the
-        times' too, converted in one numpy call."""
-        matches = Matches.of(hits)
-        tokens = list(chain.from_iterable(m.groups("nan") for m in matches))  # nan: not logged
-        table = number_table(tokens, len(matches), drop=",")
-        steps = table[:, 0].astype(np.int64)
-        ts = timestamps(table[:, 1:8])
+        """Bulk lines as one columnar chunk, copies from other ranks dropped."""
+        assert isinstance(hits, TableHits)
+        table, steps = hits.values, hits.steps
+        ts = table[:, 0]
         copies = self._round.copies
-        fresh = np.array([m.start() not in copies for m in matches]) if copies else np.ones(len(matches), dtype=bool)
-        metrics = {name: table[fresh, 8 + j] for j, name in enumerate(_BULK_METRICS)}
+        fresh = ~np.isin(hits.at, copies) if len(copies) else np.ones(len(hits), dtype=bool)
+        metrics = {name: table[fresh, 1 + j] for j, name in enumerate(METRICS)}
         lines = np.array(linenos, dtype=np.int64)[fresh]
         if len(lines):
             nonfinite = np.full(len(lines), "", dtype=object)  # no nan or inf in a bulk line
