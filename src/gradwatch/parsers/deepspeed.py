@@ -41,7 +41,7 @@ _TIME_DIGITS = ((1, 4), (6, 2), (9, 2), (12, 2), (15, 2), (18, 2), (21, 3))
 class DeepSpeedParser(Parser):
     name = "deepspeed"
     segment_safe = True
-    scan = r"verflow|loss scale|step=\d|steps: \d|Saving model checkpoint"
+    scan = r"verflow|loss scale|\bstep=\d|steps: \d|Saving model checkpoint"
     description = "DeepSpeed engine: OVERFLOW / loss-scale lines, `step=N, skipped=K`, pipeline `steps: N loss: X`"
     auxiliary = True
 

@@ -31,13 +31,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain
 
 import numpy as np
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._text import is_nonfinite, number
-from gradwatch.parsers.base import Block, BulkTrack, Hits, Matches, ParseOutput, Parser, lines_outside, number_table
+from gradwatch.parsers.base import Block, BulkTrack, Hits, ParseOutput, Parser, TableHits, number_table
+from gradwatch.parsers.hf_rows import Layout, find, lines_holding
 
 _Q = "'\u2018\u2019\""
 # 'key': value; value = quoted string | bare token, maybe wrapped: tensor(...), np.float64(...)
@@ -53,9 +55,11 @@ _KEYS: dict[str, str] = {
     "eval_loss": "val_loss",
 }
 # Bulk path: a value as Python prints a float or int that float() and numpy read alike and that
-# stays finite; the count of the tqdm bar on the next line, which must be the dict's step.
+# stays finite; the count of the tqdm bar on the next line, which must be the dict's step. RE2
+# reads both as `re` does with re.ASCII (`hf_rows` runs them on whole blocks).
 _NUMBER = r"-?\d{1,17}(?:\.\d+)?(?:e[+-]?\d{1,2})?"
-_BAR_AFTER = r"(?=[^\n]*\n *\d{1,3}%\|[^|\n\r]*\| (\d{1,15})/\d)"
+_BAR_LINE = r" *\d{1,3}%\|[^|\n\r]*\| (?P<count>\d{1,15})/\d"
+_BAR_AFTER = rf"(?=[^\n]*\n{_BAR_LINE})"
 _PLAIN_KEY = re.compile(r"[\w./-]+\Z", re.ASCII)
 _EVAL = "{'eval_loss': "
 
@@ -70,6 +74,24 @@ class _Template:
     block: re.Pattern[str]
     names: tuple[str, ...]
 
+    @cached_property
+    def layout(self) -> Layout:
+        """What `block` matches as RE2 reads it (`hf_rows`): the dict line, then the bar line
+        consumed instead of looked ahead at (made when first asked, so that templates pickled
+        before it existed have it too)."""
+        return Layout(f"{{'{self.keys[0]}': ".encode(), rf"^{_body(self.keys)}[ \t\r]*\n{_BAR_LINE}")
+
+
+def _body(keys: tuple[str, ...]) -> str:
+    """The regex of a training dict with these keys: a group named for each value read (the loss
+    a number, the others a number or None); the other keys' values a number or None."""
+    pieces = []
+    for key in keys:
+        name = _KEYS.get(key)
+        value = _NUMBER if name == "loss" else f"{_NUMBER}|None"
+        pieces.append(f"'{re.escape(key)}': " + (f"(?P<{name}>{value})" if name else f"(?:{value})"))
+    return r"\{" + ", ".join(pieces) + r"\}"
+
 
 def _compile_template(pairs: list[tuple[str, str]], text: str) -> _Template | None:
     """The template of a training dict with these `pairs`, if `text` (the dict) is of plain form:
@@ -77,12 +99,7 @@ def _compile_template(pairs: list[tuple[str, str]], text: str) -> _Template | No
     keys = tuple(k for k, _ in pairs)
     if len(set(keys)) != len(keys) or not all(_PLAIN_KEY.match(k) for k in keys) or "eval_loss" in keys:
         return None
-    pieces = []
-    for key in keys:
-        name = _KEYS.get(key)
-        value = f"({_NUMBER})" if name == "loss" else f"({_NUMBER}|None)" if name else f"(?:{_NUMBER}|None)"
-        pieces.append(f"'{re.escape(key)}': {value}")
-    body = r"\{" + ", ".join(pieces) + r"\}"
+    body = _body(keys)
     line = re.compile(body, re.ASCII)
     if "loss" not in keys or not line.fullmatch(text):
         return None
@@ -215,9 +232,10 @@ class HfTrainerParser(Parser):
     def bulk_shape(self) -> object | None:
         return self._bulk.shape if self.can_bulk() else None
 
-    def bulk_matches(self, block: Block) -> Matches:
+    def bulk_matches(self, block: Block) -> TableHits:
         """Dicts of the template's shape whose bar count is the next step, up to the first line
-        that could change the count (the bulk path; see LogStream and the module docstring)."""
+        that could change the count (the bulk path; see LogStream and the module docstring),
+        found by RE2 (`hf_rows`)."""
         text = block.text
         template = self._bulk_template = self._template
         first = template.block.search(text) if template is not None and self.can_bulk() else None
@@ -225,39 +243,49 @@ class HfTrainerParser(Parser):
             # none here, or bars that do not count the logged dicts (logging_steps > 1): no
             # search of the whole block; a dict read one by one may set the count right
             self._bulk.handed(0, retry=first is not None)
-            return Matches()
-        found = list(template.block.finditer(text, first.start()))
-        cut = self._cut(text, found)
-        counts = np.fromiter((int(m.group(1)) for m in found[:cut]), dtype=np.int64, count=cut)
-        wrong = np.flatnonzero(counts != self._step + 1 + np.arange(cut))
-        matches = found[: wrong[0] if len(wrong) else cut]
-        self._bulk.handed(len(matches), retry=len(matches) < len(found))
-        return Matches(matches)
+            return TableHits.empty(0)
+        found = _dicts(template, block)
+        cut = self._cut(block, found)
+        wrong = np.flatnonzero(found.steps[:cut] != self._step + 1 + np.arange(cut))
+        taken = int(wrong[0]) if len(wrong) else cut
+        self._bulk.handed(taken, retry=taken < len(found))
+        return TableHits(*(column[:taken] for column in found.fields()))
 
-    def _cut(self, text: str, found: list[re.Match[str]]) -> int:
+    def _cut(self, block: Block, found: TableHits) -> int:
         """How many of the dicts `found` come before the first line that must be read one by one
         and may change the count: another dict (not an evaluation alone on its line), a resume."""
+        text = block.text
         resume = text.find("Continuing training from")
-        cut = len(found)
-        if resume >= 0:
-            cut = sum(1 for m in found if m.start() < resume)
-        for start, end, before in lines_outside(text, "{", found[:cut], usual=_EVAL):
+        cut = len(found) if resume < 0 else int(np.searchsorted(found.at, resume))
+        for start, end in lines_holding(block.codes, block.newlines, ord("{"), found.at):
             if not _safe_eval(text, start, end):
-                return before
+                return min(cut, int(np.searchsorted(found.at, start)))
         return cut
 
     def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
         """Bulk dicts as one columnar chunk; each one's step is its bar's count (checked to be the
         next step when it was matched)."""
         template = self._bulk_template
-        assert template is not None
-        matches = Matches.of(hits)
-        table = number_table(list(chain.from_iterable(m.groups() for m in matches)), len(matches), nan="None")
-        steps = table[:, 0].astype(np.int64)
-        metrics = {name: table[:, 1 + j] for j, name in enumerate(template.names)}
-        n = len(matches)
+        assert template is not None and isinstance(hits, TableHits)
+        steps, n = hits.steps, len(hits)
+        metrics = {name: hits.values[:, j] for j, name in enumerate(template.names)}
         nonfinite = np.full(n, "", dtype=object)  # no nan or inf in a bulk dict
         out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), np.full(n, np.nan), metrics, nonfinite)
         if self._bulk.newest(linenos):
             self._step = int(steps[-1])
         self._bulk.count(self.name, out)
+
+
+def _dicts(template: _Template, block: Block) -> TableHits:
+    """The block's lines that `template.block` matches, with their groups as numbers (the values
+    those of `template.names`): found by RE2 (`hf_rows`); the regex reads those RE2 does not."""
+    text = block.text
+    rows = find(template.layout, block.codes, block.newlines)
+    counts = rows.values[:, -1].astype(np.int64)  # the layout's last group
+    hits = TableHits(rows.line_starts, rows.line_starts, counts, rows.values[:, :-1])
+    odd = [m for start in rows.odd if (m := template.block.match(text, start)) is not None]
+    if not odd:
+        return hits
+    table = number_table(list(chain.from_iterable(m.groups() for m in odd)), len(odd), nan="None")
+    at = np.array([m.start() for m in odd], dtype=np.int64)
+    return hits.merged(TableHits(at, at, table[:, 0].astype(np.int64), table[:, 1:]))
