@@ -36,6 +36,7 @@ def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(segments, "MIN_PARALLEL_BYTES", 0)
     monkeypatch.setattr(archive, "CHUNK_BYTES", 48 << 10)  # the first chunk is read before the split
     monkeypatch.setattr(segments, "SEGMENT_BYTES", 96 << 10)
+    monkeypatch.setattr(segments, "IN_ORDER_BYTES", 64 << 10)
     monkeypatch.setattr(segments, "WARMUP_BYTES", 16 << 10)
 
 

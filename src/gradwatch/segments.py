@@ -40,6 +40,9 @@ from gradwatch.parsers.stream import Batch, LogStream
 MIN_PARALLEL_BYTES = 64 << 20
 #: One worker task: large enough that the warm-up and the hand-over cost little.
 SEGMENT_BYTES = 16 << 20
+#: One task of a file read in order: no warm-up to pay for, so a batch the size of a sequential
+#: read's (the detectors' memory grows with the batch)
+IN_ORDER_BYTES = 4 << 20
 #: Lines before a segment that a worker reads to set up its parsers' state.
 WARMUP_BYTES = 256 << 10
 #: How far a worker reads past its segment's end to finish a record open there.
@@ -156,7 +159,7 @@ class SegmentReader:
     def _in_order(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
         """`batches` of a format that may not be split: each segment's task starts from the stream
         the one before handed back, and is sent before that one's batch goes to the detectors."""
-        bounds = segment_bounds(self.path, head_end, SEGMENT_BYTES)
+        bounds = segment_bounds(self.path, head_end, IN_ORDER_BYTES)
         upcoming = self._hand_over(stream, bounds, 0)
         for k in range(len(bounds)):
             segment = self._result(upcoming)
