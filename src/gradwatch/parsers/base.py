@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from bisect import bisect_right
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -156,12 +154,6 @@ class Matches(list[re.Match[str]]):
 
     def subset(self, keep: list[int]) -> Matches:
         return Matches(self[k] for k in keep)
-
-    @staticmethod
-    def of(hits: Hits) -> Matches:
-        """`hits` as the matches a regex reader handed out."""
-        assert isinstance(hits, Matches)
-        return hits
 
 
 @dataclass
@@ -316,42 +308,6 @@ def number_table(tokens: list[str], rows: int, *, nan: str = "", drop: str = "")
     except pa.ArrowInvalid as e:
         raise ValueError(str(e)) from None
     return table.reshape(rows, -1)
-
-
-def lines_outside(
-    text: str, needle: str, matches: list[re.Match[str]], usual: str = ""
-) -> Iterator[tuple[int, int, int]]:
-    """The lines of `text` that contain `needle` and are not lines of `matches`, in order:
-    (line start, line end, how many matches come before the line).
-
-    For bulk readers that must stop at an odd line of their own kind. `matches` are whole lines
-    that each hold `needle` once, and `usual` marks the other lines expected in a block (an
-    evaluation line; it must not occur in a match). When counts say those are all there is, only
-    they are visited; otherwise the stretches between matches are searched.
-    """
-    extra = text.count(needle) - len(matches)
-    if extra == 0:
-        return
-    if usual and text.count(usual) == extra:
-        starts = [m.start() for m in matches]
-        hit = text.find(usual)
-        while hit >= 0:
-            start = text.rfind("\n", 0, hit) + 1
-            end = text.find("\n", hit)
-            yield start, end, bisect_right(starts, start)
-            hit = text.find(usual, end)
-        return
-    pos = 0
-    for k, stop in enumerate([*(m.start() for m in matches), len(text)]):
-        hit = text.find(needle, pos, stop)
-        while hit >= 0:
-            start = text.rfind("\n", 0, hit) + 1
-            end = text.find("\n", hit, stop)
-            end = stop if end < 0 else end
-            yield start, end, k
-            hit = text.find(needle, end, stop)
-        if k < len(matches):
-            pos = matches[k].end()
 
 
 class BulkTrack:
