@@ -21,10 +21,10 @@ found by their layout (`torchtitan_rows`: the fixed text between the values, mea
 first such line) at numpy speed, the few lines it does not fit by a regex; the layout takes only
 lines the regex takes and reads them alike. Copies from other ranks are dropped there too.
 Lines read one by one in between learn of the bulk records before them from `out.last_step` (the
-stream sets it from the latest match): its step is looked up among the block's matches, which
-gives this parser's last step and the time the stream's `last_ts` would have had. For that the
-steps of the matches must be distinct and rising, so the matches stop at the first line that
-could break it: another metrics line, a mismatched validation, a checkpoint load.
+stream sets it from the latest hit): its step is looked up among the block's hits, which gives
+this parser's last step and the time the stream's `last_ts` would have had. For that the steps
+of the hits must be distinct and rising, so the hits stop at the first line that could break
+it: another metrics line, a mismatched validation, a checkpoint load.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class TorchtitanParser(Parser):
         self._layout = None
 
     def __getstate__(self) -> dict[str, Any]:
-        """Without the block's matches: `scan` and `check --jobs` pickle parsers between blocks."""
+        """Without the block's hits: `scan` and `check --jobs` pickle parsers between blocks."""
         state = self.__dict__.copy()
         del state["_round"]
         return state
