@@ -192,7 +192,8 @@ class TableHits:
         return int(self.steps[k])
 
     def subset(self, keep: list[int] | np.ndarray) -> TableHits:
-        return TableHits(*(a[keep] for a in self.fields()))
+        index = np.asarray(keep, dtype=np.int64)  # once, not once per field
+        return TableHits(*(a[index] for a in self.fields()))
 
 
 class Parser(ABC):

@@ -82,9 +82,10 @@ class Records:
         return int(self.steps[k])
 
     def subset(self, keep: list[int] | np.ndarray) -> Records:
-        values = {name: column[keep] for name, column in self.values.items()}
+        index = np.asarray(keep, dtype=np.int64)  # once, not once per field
+        values = {name: column[index] for name, column in self.values.items()}
         return Records(
-            self.at[keep], self.steps[keep], self.ts[keep], values, self.nonfinite[keep], self.line_counts[keep]
+            self.at[index], self.steps[index], self.ts[index], values, self.nonfinite[index], self.line_counts[index]
         )
 
 
