@@ -37,6 +37,7 @@ def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(archive, "CHUNK_BYTES", 48 << 10)  # the first chunk is read before the split
     monkeypatch.setattr(segments, "SEGMENT_BYTES", 96 << 10)
     monkeypatch.setattr(segments, "IN_ORDER_BYTES", 64 << 10)
+    monkeypatch.setattr(segments, "BATCH_RECORDS", 97)  # a segment's batch reaches the detectors in pieces
     monkeypatch.setattr(segments, "WARMUP_BYTES", 16 << 10)
 
 

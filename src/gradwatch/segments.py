@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, LogStream
@@ -43,6 +45,9 @@ SEGMENT_BYTES = 16 << 20
 #: One task of a file read in order: no warm-up to pay for, so a batch the size of a sequential
 #: read's (the detectors' memory grows with the batch)
 IN_ORDER_BYTES = 4 << 20
+#: Records per batch handed to the detectors: a segment's batch is cut into pieces of this many,
+#: so that their memory is what a sequential read's 4 MiB batches need, whatever the format's density
+BATCH_RECORDS = 16384
 #: Lines before a segment that a worker reads to set up its parsers' state.
 WARMUP_BYTES = 256 << 10
 #: How far a worker reads past its segment's end to finish a record open there.
@@ -154,7 +159,7 @@ class SegmentReader:
             lines_before += segment.lines
             if segment.stream is not None:
                 segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
-            yield batch, segment.stream, segment.size
+            yield from _pieces(batch, segment.stream, segment.size)
 
     def _in_order(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
         """`batches` of a format that may not be split: each segment's task starts from the stream
@@ -167,7 +172,9 @@ class SegmentReader:
             last = k == len(bounds) - 1
             if not last:
                 upcoming = self._hand_over(segment.stream, bounds, k + 1)
-            yield _shifted(segment.batch, segment.events, 0), segment.stream if last else None, segment.size
+            yield from _pieces(
+                _shifted(segment.batch, segment.events, 0), segment.stream if last else None, segment.size
+            )
 
     def _hand_over(self, stream: LogStream, bounds: list[tuple[int, int]], k: int) -> Future[_Segment]:
         """Start reading segment `k` of `bounds` from `stream`, where the one before it ended."""
@@ -307,6 +314,28 @@ class _PackedEvents:
 
 
 _KINDS = {kind.value: kind for kind in EventKind}
+
+
+def _pieces(batch: Batch, stream: LogStream | None, size: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
+    """`batch` as batches of at most `BATCH_RECORDS` records, each with the events of its lines
+    (as a read cut after its last record would have had them); the clock facts, the stream and
+    the bytes go with the last piece, which is where they stand."""
+    records = batch.records
+    if len(records) <= BATCH_RECORDS:
+        yield batch, stream, size
+        return
+    lines = records["line"].to_numpy()
+    events = batch.events
+    event_lines = np.array([e.line for e in events], dtype=np.int64)
+    start, first_event = 0, 0
+    while start + BATCH_RECORDS < len(records):
+        end = start + BATCH_RECORDS
+        last_event = int(np.searchsorted(event_lines, lines[end - 1], side="right"))
+        piece = Batch(records.iloc[start:end].reset_index(drop=True), events[first_event:last_event], path=batch.path)
+        yield piece, None, 0
+        start, first_event = end, last_event
+    rest = records.iloc[start:].reset_index(drop=True)
+    yield dataclasses.replace(batch, records=rest, events=events[first_event:]), stream, size
 
 
 def _shifted(batch: Batch, events: _PackedEvents, offset: int) -> Batch:
