@@ -221,6 +221,23 @@ def _joined(chunks: list[_Chunk]) -> dict[str, np.ndarray] | None:
     return data
 
 
+def logged_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The columns of a batch's `frame` less the metrics it has no value of: what `frame_of`
+    needs to build the same frame again (a worker's batch travels to the main process so, at
+    half the size or less: a format logs a few of the metrics)."""
+    data: dict[str, np.ndarray] = {}
+    for name in frame.columns:
+        col = frame[name].to_numpy()
+        if name in ("step", "ts", "line", "nonfinite") or not np.isnan(col).all():
+            data[name] = col
+    return data
+
+
+def frame_of(data: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The batch frame of these columns (`logged_columns`): a metric not among them is NaN."""
+    return _frame(data).frame
+
+
 def _frame(data: dict[str, np.ndarray]) -> Columns:
     """The batch's DataFrame (`COLUMNS`, then `EXTRA_METRICS`; a metric not logged is NaN) with
     the arrays it was built from.

@@ -37,6 +37,7 @@ import numpy as np
 from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, LogStream
+from gradwatch.records import RecordBuilder, frame_of, logged_columns
 
 #: Files smaller than this are read in one process: starting workers would cost more.
 MIN_PARALLEL_BYTES = 64 << 20
@@ -103,7 +104,8 @@ class _Task:
 
 @dataclass
 class _Segment:
-    batch: Batch  # numbered as the worker counted: line `skip + 1` is the segment's first; no events
+    batch: Batch  # numbered as the worker counted: line `skip + 1` is the segment's first; no records, no events
+    records: dict[str, np.ndarray]  # the batch's records, as the columns that have values (`logged_columns`)
     events: _PackedEvents  # the batch's events, sent as columns
     skip: int
     lines: int  # lines in the segment proper
@@ -155,7 +157,7 @@ class SegmentReader:
             for task in pending:
                 in_flight.append(self._pool.submit(read_segment, task))
                 break
-            batch = _shifted(segment.batch, segment.events, lines_before - segment.skip)
+            batch = _shifted(segment, lines_before - segment.skip)
             lines_before += segment.lines
             if segment.stream is not None:
                 segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
@@ -172,9 +174,7 @@ class SegmentReader:
             last = k == len(bounds) - 1
             if not last:
                 upcoming = self._hand_over(segment.stream, bounds, k + 1)
-            yield from _pieces(
-                _shifted(segment.batch, segment.events, 0), segment.stream if last else None, segment.size
-            )
+            yield from _pieces(_shifted(segment, 0), segment.stream if last else None, segment.size)
 
     def _hand_over(self, stream: LogStream, bounds: list[tuple[int, int]], k: int) -> Future[_Segment]:
         """Start reading segment `k` of `bounds` from `stream`, where the one before it ended."""
@@ -245,9 +245,10 @@ def read_segment(task: _Task) -> _Segment:
     first = warm_lines if task.warmup else 0
     batch = _within(stream.take(), first, warm_lines + lines)
     events = _PackedEvents.of(batch.events)
-    batch = dataclasses.replace(batch, events=[])
+    records = logged_columns(batch.records)
+    batch = dataclasses.replace(batch, records=RecordBuilder.empty(), events=[])
     handed = stream if task.last or task.hand_over else None
-    return _Segment(batch, events, warm_lines, lines, task.end - task.start, handed)
+    return _Segment(batch, records, events, warm_lines, lines, task.end - task.start, handed)
 
 
 def _warmup(fh: BinaryIO, start: int, size: int) -> bytes:
@@ -338,10 +339,11 @@ def _pieces(batch: Batch, stream: LogStream | None, size: int) -> Iterator[tuple
     yield dataclasses.replace(batch, records=rest, events=events[first_event:]), stream, size
 
 
-def _shifted(batch: Batch, events: _PackedEvents, offset: int) -> Batch:
-    """`batch` with `events`, its line numbers moved on by `offset`."""
-    batch.records["line"] += offset
-    return dataclasses.replace(batch, events=events.unpacked(offset))
+def _shifted(segment: _Segment, offset: int) -> Batch:
+    """The segment's batch with its records and events, their line numbers moved on by `offset`."""
+    records = segment.records
+    records["line"] = records["line"] + offset
+    return dataclasses.replace(segment.batch, records=frame_of(records), events=segment.events.unpacked(offset))
 
 
 def _ignore_interrupts() -> None:
