@@ -198,6 +198,7 @@ class LogStream:
         without a grad norm), the rest of the block is read again the fast way.
         """
         text = block.text
+        first = lineno  # the number of the block's first line
         bulk_parser = self._main_parser()
         hits = bulk_parser.bulk_matches(block) if bulk_parser is not None else Matches()
         shape = bulk_parser.bulk_shape() if hits and bulk_parser is not None else None
@@ -231,7 +232,8 @@ class LogStream:
             new_record = False
             while True:  # this line, then every line while a multi-line record is open
                 end = text.find("\n", start)
-                lineno += text.count("\n", pos, start)
+                if start != pos:  # a jump to the next candidate: its number from the newlines, not a count
+                    lineno = first + int(np.searchsorted(block.newlines, start))
                 if i < n_bulk and starts[i] == start:
                     before = out.records.added
                     if bulk_parser is not None and self._closes_at_hit(bulk_parser):
