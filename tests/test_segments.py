@@ -149,6 +149,18 @@ def test_real_logs_read_in_parallel_equal_sequential() -> None:
         _same(path, split=None)  # some hold too few records for their format to be known early
 
 
+@pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize("fmt", ["megatron-deepspeed", "jsonl"])  # split, and read in order
+def test_a_last_line_without_its_newline_is_read(tmp_path: Path, fmt: str) -> None:
+    """A log still being written ends in the middle of a line: the last segment's worker reads it
+    when it closes the stream, and it is one of that segment's lines (its records, its events)."""
+    spec = RunSpec(fmt=fmt, steps=3000, seed=3)
+    path = tmp_path / f"{fmt}.log"
+    path.write_text("".join(generate(spec)).rstrip("\n"))
+    summary, _ = _same(path)
+    assert summary.last_step == 3000
+
+
 def test_only_large_plain_files_with_jobs_are_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plain = tmp_path / "run.log"
     plain.write_bytes(b"x\n" * 1000)

@@ -234,10 +234,10 @@ def read_segment(task: _Task) -> _Segment:
                     break  # the file shrank while being read: what was there is checked
                 left -= len(data)
                 stream.feed(data)
-            lines = stream.lines - warm_lines
             if task.last:
-                stream.close()
-            elif not task.hand_over:
+                stream.close()  # a last line without its newline is read here: one of the segment's
+            lines = stream.lines - warm_lines
+            if not (task.last or task.hand_over):
                 _finish_open_record(stream, fh)
     except OSError as e:
         raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
