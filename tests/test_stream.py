@@ -547,3 +547,25 @@ def test_a_short_block_with_the_pipes_of_a_record_is_read_as_the_plain_path_read
     for tail in (b"|" * 14 + b"\n", b"iteration 5/9 |\n", b"|\n"):
         chunks = [len(data)]
         _assert_same(_parse(data + tail, chunks), _parse(data + tail, chunks, every_line=True))
+
+
+def test_a_record_without_time_after_a_rescan_takes_no_earlier_time() -> None:
+    """A record without a timestamp takes the time of the first dated line after it; where a
+    record of another template made the stream search the rest of the block again, that search
+    must not take a dated line before it (its positions are the rest's, not the block's)."""
+    line = (
+        " iteration {:8d}/  159576 | consumed samples:       488048 | elapsed time per iteration (ms): 61947.6 | "
+        "learning rate: 6.000E-05 | global batch size:   176 |{extra} lm loss: 3.317482E+00 | loss scale: 65536.0 | "
+        "grad norm: 23.4 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
+    )
+    head = "".join(line.format(i, extra="") for i in range(1, 40))
+    block = "".join(line.format(i, extra="") for i in range(40, 60)) + "2024-01-01 00:00:00 a dated line\n"
+    for odd in ("", " other field: 1.0 |"):  # the second block searched again after step 80, or not
+        rest = "".join(line.format(i, extra=odd if i == 80 else "") for i in range(60, 90))
+        stream = LogStream(new_parsers())
+        stream.feed(head.encode())
+        stream.take()
+        stream.feed((block + rest).encode())
+        batch = stream.take()
+        assert batch.last_step == 89
+        assert batch.last_step_ts is None, odd  # no dated line after the last record

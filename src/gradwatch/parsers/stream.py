@@ -186,7 +186,7 @@ class LogStream:
             if raw:
                 parse(raw, first + offset)
 
-    def _candidate_lines(self, block: Block, lineno: int, depth: int = 0) -> None:
+    def _candidate_lines(self, block: Block, lineno: int, depth: int = 0, base: int = 0) -> None:
         """Fast path: search the whole block for lines any parser could want, parse only those.
 
         While a parser collects a multi-line record (OLMo, Composer, a traceback) every line is
@@ -195,7 +195,8 @@ class LogStream:
         (`Parser.bulk_matches`); the other candidate lines still go one by one, in order, each
         seeing the step of the last record before it. When a record line read one by one changes
         what the bulk reader would match (the first records of a run, fp16 calibration records
-        without a grad norm), the rest of the block is read again the fast way.
+        without a grad norm), the rest of the block is read again the fast way: `base` is where that
+        rest begins in the block `_track_time` reads (the positions it is told are that block's).
         """
         text = block.text
         first = lineno  # the number of the block's first line
@@ -258,7 +259,7 @@ class LogStream:
                 if out.records.added != before or out.last_step != step_before:
                     last_line_step = start
                 if out.step_ts_pending:
-                    self._pending_from = end + 1
+                    self._pending_from = base + end + 1
                 pos = start = end + 1
                 lineno += 1
                 if start >= len(text) or not self._collecting() or (new_record and self._reshaped(shape, depth)):
@@ -267,12 +268,12 @@ class LogStream:
                 continue
             # a record read one by one changed what the bulk reader matches: read the rest again
             done = [k for k in range(i) if taken[k] and starts[k] < pos]
-            self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step))
+            self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step), base)
             self._write_aux(aux, pos)
-            self._candidate_lines(_rest(block, pos), lineno, depth + 1)
+            self._candidate_lines(_rest(block, pos), lineno, depth + 1, base + pos)
             return
         done = [k for k, ok in enumerate(taken) if ok]
-        self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step))
+        self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step), base)
         self._write_aux(aux, len(text))
 
     def _aux_lines(self, block: Block, lines: np.ndarray, first: int) -> _AuxRound:
@@ -324,10 +325,12 @@ class LogStream:
         starts: list[int],
         done: list[int],
         read_one_by_one: tuple[int, int],
+        base: int,
     ) -> None:
         """Record the bulk hits `done` (indices), keeping the facts of later lines read one by one:
         `read_one_by_one` holds where the last one that wrote a record, and the last one that set
-        the step (a record, or OLMo's marker of a record still open), begin."""
+        the step (a record, or OLMo's marker of a record still open), begin; `text` begins at `base`
+        of the block `_track_time` reads."""
         if not done or parser is None:
             return
         out = self.out
@@ -341,7 +344,7 @@ class LogStream:
         if last_record:
             out.last_step_ts, out.step_ts_pending = saved[1:]
         elif out.step_ts_pending:
-            self._pending_from = text.find("\n", starts[done[-1]]) + 1
+            self._pending_from = base + text.find("\n", starts[done[-1]]) + 1
 
     def _outside(
         self, block: Block, starts: list[int], ends: list[int], covered: np.ndarray
