@@ -714,3 +714,27 @@ def test_real_megatron_and_deepspeed_logs_are_untouched_by_our_parsers() -> None
     for path in sorted((root / "deepspeed").glob("*.log")):
         stream, _ = run(path.read_bytes())
         assert not set(stream.out.counts) & set(OURS), (path.name, stream.out.counts)
+
+
+def test_a_traceback_cut_short_ends_at_the_next_line_that_is_not_a_frame() -> None:
+    """A job killed while printing a traceback, then restarted in the same log: the records after
+    the cut traceback are read (its frames are indented, and so are Megatron's record lines)."""
+    record = (
+        " iteration {:8d}/  159576 | consumed samples:       488048 | elapsed time per iteration (ms): 619.6 |"
+        " learning rate: 6.000E-05 | global batch size:   176 | lm loss: 3.317482E+00 | loss scale: 65536.0 |"
+        " grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+    text = lines(
+        *(record.format(i) for i in range(1, 40)),
+        "Traceback (most recent call last):",
+        '  File "pretrain_gpt.py", line 120, in <module>',
+        "[2024-03-02 09:00:00,000] [INFO] [launch.py:315:main] restarting the job",
+        *(record.format(i) for i in range(40, 80)),
+        "Traceback (most recent call last):",
+        '  File "pretrain_gpt.py", line 120, in <module>',
+        "    main()",
+        "RuntimeError: the end",
+    )
+    _, batch = run(text)
+    assert list(batch.records.step) == list(range(1, 80))
+    assert [e.data["text"] for e in events(batch, EventKind.ERROR)] == ["RuntimeError: the end"]

@@ -55,7 +55,12 @@ class ErrorParser(Parser):
                 self._in_traceback = False
                 out.event(EventKind.ERROR, line, out.last_step, ts, text=text.strip()[:500])
                 return True
-            return text.startswith((" ", "\t"))
+            if text.startswith((" ", "\t")):
+                return True  # a frame
+            # Neither a frame nor the exception: the traceback was cut short (the process was
+            # killed while printing it). It ends here, or it would take every indented line of
+            # the rest of the log, a restarted run's ` iteration` records among them.
+            self._in_traceback = False
         if any(marker in text for marker in _MARKERS):
             out.event(EventKind.ERROR, line, out.last_step, ts, text=text.strip()[:500])
             return True
