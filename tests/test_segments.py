@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import multiprocessing.forkserver
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gradwatch import config, segments
+from gradwatch import config, segments, workers
 from gradwatch.alerts import Alert
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileSummary, check_path
@@ -33,7 +34,7 @@ SETTINGS = config.load()
 
 @pytest.fixture
 def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(segments, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(workers, "MIN_PARALLEL_BYTES", 0)
     monkeypatch.setattr(archive, "CHUNK_BYTES", 48 << 10)  # the first chunk is read before the split
     monkeypatch.setattr(segments, "SEGMENT_BYTES", 96 << 10)
     monkeypatch.setattr(segments, "IN_ORDER_BYTES", 64 << 10)
@@ -166,13 +167,13 @@ def test_only_large_plain_files_with_jobs_are_split(tmp_path: Path, monkeypatch:
     plain.write_bytes(b"x\n" * 1000)
     gz = tmp_path / "run.log.gz"
     gz.write_bytes(gzip.compress(plain.read_bytes()))
-    assert not segments.splittable(plain, jobs=4)  # too small to be worth it
-    monkeypatch.setattr(segments, "MIN_PARALLEL_BYTES", 0)
-    assert segments.splittable(plain, jobs=4)
-    assert not segments.splittable(plain, jobs=1)
-    assert not segments.splittable(gz, jobs=4)
-    assert not segments.splittable(None, jobs=4)  # standard input
-    assert not segments.splittable(tmp_path / "missing.log", jobs=4)
+    assert not workers.splittable(plain, jobs=4)  # too small to be worth it
+    monkeypatch.setattr(workers, "MIN_PARALLEL_BYTES", 0)
+    assert workers.splittable(plain, jobs=4)
+    assert not workers.splittable(plain, jobs=1)
+    assert not workers.splittable(gz, jobs=4)
+    assert not workers.splittable(None, jobs=4)  # standard input
+    assert not workers.splittable(tmp_path / "missing.log", jobs=4)
 
 
 @pytest.mark.usefixtures("small_segments")
@@ -191,7 +192,7 @@ def test_no_worker_processes_to_be_had_means_one_process(tmp_path: Path, monkeyp
 
 
 def test_default_jobs_is_bounded() -> None:
-    assert 1 <= segments.default_jobs() <= 8
+    assert 1 <= workers.default_jobs() <= 8
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +200,7 @@ def big_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A generated Megatron-DeepSpeed log just over the size from which files are split."""
     log = tmp_path_factory.mktemp("big") / "main_log.txt"
     spec = RunSpec(fmt="megatron-deepspeed", seed=12, anomalies=(Anomaly("grad_norm_spike", 60_000),))
-    write_sized(log, spec, segments.MIN_PARALLEL_BYTES + (4 << 20))
+    write_sized(log, spec, workers.MIN_PARALLEL_BYTES + (4 << 20))
     return log
 
 
@@ -239,3 +240,20 @@ def test_progress_shows_on_a_terminal_while_a_large_log_is_checked(big_log: Path
         assert json.loads(out.read_text())["summary"]["alerts"] >= 1
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_workers_start_early_only_for_a_log_they_will_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check` starts the workers' fork server before its own imports when a log given on the
+    command line will be read by workers, and only then."""
+    started: list[int] = []
+    monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", lambda: started.append(1))
+    monkeypatch.setattr(workers, "MIN_PARALLEL_BYTES", 1000)
+    small, big = tmp_path / "small.log", tmp_path / "big.log"
+    small.write_bytes(b"x\n")
+    big.write_bytes(b"x\n" * 1000)
+    (tmp_path / "big.log.gz").write_bytes(gzip.compress(big.read_bytes()) + bytes(2000))
+    workers.start_early([str(small), "-", str(tmp_path), str(tmp_path / "big.log.gz"), "missing.log"], None)
+    workers.start_early([str(big)], 1)
+    assert not started
+    workers.start_early([str(small), str(big)], 2)
+    assert started == [1]

@@ -183,6 +183,11 @@ def check(
       ssh login1 cat /scratch/run42/main_log.txt | gradwatch check - --snapshot-dir evidence/
       gradwatch check logs/ --output junit > gradwatch-junit.xml
     """
+    from gradwatch import workers
+
+    if snapshot_dir is None:  # (evidence is written by a read in this process)
+        workers.start_early(paths, jobs)  # before the imports below, which it then does beside them
+
     from gradwatch import config
     from gradwatch.alerts import Severity
     from gradwatch.commands.check import run_check
@@ -601,6 +606,10 @@ def report(paths: tuple[str, ...], out_path: str, config_path: str | None, metri
       gradwatch report run1/main_log.txt.gz --out run1.png --metrics loss,grad_norm,loss_scale
       gradwatch report logs/ --out all-runs.html --config my.yaml
     """
+    from gradwatch import workers
+
+    workers.start_early(paths, None)  # a large log is read by workers, as `check` reads it
+
     from gradwatch import config as cfg
     from gradwatch.commands.report import run_report
 

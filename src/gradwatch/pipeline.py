@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gradwatch import segments
+from gradwatch import segments, workers
 from gradwatch.alerts import Alert
 from gradwatch.config import Settings
 from gradwatch.detectors import DETECTORS, Detector
@@ -199,7 +199,7 @@ def check_path(
     alerts: list[Alert] = []
     try:
         chunks = read_stdin() if path is None else read_chunks(path, archive.CHUNK_BYTES)
-        if snapshots is None and path is not None and segments.splittable(path, jobs):
+        if snapshots is None and path is not None and workers.splittable(path, jobs):
             alerts += _read_split(check, path, chunks, jobs, advance)
         else:
             for chunk in chunks:

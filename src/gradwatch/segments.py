@@ -20,8 +20,6 @@ before. That is still a sequential read, only on two cores: parsing beside detec
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
 import pickle
 import signal
 from collections import deque
@@ -34,13 +32,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from gradwatch import workers
 from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.records import RecordBuilder, frame_of, logged_columns
 
-#: Files smaller than this are read in one process: starting workers would cost more.
-MIN_PARALLEL_BYTES = 64 << 20
 #: One worker task: large enough that the warm-up and the hand-over cost little.
 SEGMENT_BYTES = 16 << 20
 #: One task of a file read in order: no warm-up to pay for, so a batch the size of a sequential
@@ -54,29 +51,6 @@ WARMUP_BYTES = 256 << 10
 #: How far a worker reads past its segment's end to finish a record open there.
 OVERRUN_LIMIT = 1 << 20
 _READ_BYTES = 4 << 20
-_MAX_JOBS = 8
-
-
-def default_jobs() -> int:
-    """One worker per core this process may use, at most 8 (login nodes are shared)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, _MAX_JOBS))
-
-
-def splittable(path: Path | None, jobs: int) -> bool:
-    """Whether `path` is worth reading in parallel: a large plain (not gzip) file, and jobs > 1."""
-    if path is None or jobs < 2:
-        return False
-    try:
-        if path.stat().st_size < MIN_PARALLEL_BYTES:
-            return False
-        with open(path, "rb") as fh:
-            return fh.read(2) != b"\x1f\x8b"
-    except OSError:
-        return False  # the sequential read reports it
 
 
 def stream_ready(stream: LogStream) -> bool:
@@ -119,9 +93,7 @@ class SegmentReader:
     def __init__(self, path: Path, jobs: int) -> None:
         self.path = path
         self.jobs = jobs
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["gradwatch.segments"])
-        self._pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_ignore_interrupts)
+        self._pool = ProcessPoolExecutor(jobs, mp_context=workers.context(), initializer=_ignore_interrupts)
         self._pool.submit(int)  # start the workers now: they import while the head is read
 
     def __enter__(self) -> SegmentReader:

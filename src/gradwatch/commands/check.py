@@ -24,10 +24,10 @@ def run_check(
 ) -> Report:
     """Check `paths` in order; `-` is standard input (a file named `-` is `./-`).
 
-    `jobs`: worker processes for a large file (None: `segments.default_jobs()`).
+    `jobs`: worker processes for a large file (None: `workers.default_jobs()`).
     """
     from gradwatch.parsers import new_parsers
-    from gradwatch.segments import default_jobs
+    from gradwatch.workers import default_jobs
 
     if fmt is not None and fmt not in {c.name for c in settings.custom_formats}:
         new_parsers(fmt)  # raises UsageError for an unknown format before any file is read

@@ -21,7 +21,7 @@ from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileSummary, check_path
 from gradwatch.plots.trend import RecentWindow
-from gradwatch.segments import default_jobs
+from gradwatch.workers import default_jobs
 
 #: Buckets kept per metric: a few per pixel of a 1,000-pixel-wide panel.
 CAPACITY = 4096
