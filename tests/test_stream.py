@@ -69,6 +69,13 @@ def _assert_same(a, b) -> None:
     assert a[3] == b[3] if len(a[3]) == len(b[3]) else a[3][-1] == b[3][-1]
 
 
+def _assert_reads_as_plain(data: bytes, seed: int) -> None:
+    """The fast paths read `data` as the plain path does, whole and cut at random chunk boundaries."""
+    _assert_same(_parse(data), _parse(data, every_line=True))
+    chunks = _random_chunks(len(data), seed=seed)
+    _assert_same(_parse(data, chunks), _parse(data, chunks, every_line=True))
+
+
 def _synth(fmt: str) -> bytes:
     spec = RunSpec(fmt=fmt, steps=600, seed=3, anomalies=(Anomaly("grad_norm_spike", 400),))
     return "".join(generate(spec)).encode()
@@ -372,9 +379,7 @@ def test_fast_paths_equal_the_plain_path_with_odd_lines(fmt: str, seed: int, mon
     at random chunk boundaries (lines cut in two, blocks that end inside a traceback)."""
     data = _with_odd_lines(fmt, seed, rate=0.01)
     bulk = _bulk_records(monkeypatch)
-    _assert_same(_parse(data), _parse(data, every_line=True))
-    chunks = _random_chunks(len(data), seed=seed)
-    _assert_same(_parse(data, chunks), _parse(data, chunks, every_line=True))
+    _assert_reads_as_plain(data, seed)
     assert bulk[0] > 100, "the bulk reader should have read records of this log"
 
 
