@@ -66,14 +66,16 @@ def stream_ready(stream: LogStream) -> bool:
 @dataclass(frozen=True)
 class _Task:
     path: str
-    template: bytes  # the pickled LogStream after the head
+    #: the pickled LogStream after the head; None: go on with the stream this worker read the
+    #: segment before with (a file read in order, by one worker)
+    template: bytes | None
     start: int  # the segment: bytes [start, end), both at line starts
     end: int
     last: bool  # the file's last segment: close the stream at its end
     warmup: int
     #: read in order: the stream goes on into the next segment as it is (a record still open
-    #: stays open), and is handed back to be handed to that segment's task
-    hand_over: bool = False
+    #: stays open), kept by the worker for that segment's task
+    in_order: bool = False
 
 
 @dataclass
@@ -117,43 +119,43 @@ class SegmentReader:
             _Task(str(self.path), template, a, b, k == len(bounds) - 1, WARMUP_BYTES if k else 0)
             for k, (a, b) in enumerate(bounds)
         ]
-        lines_before = stream.lines
+        yield from self._read(self._pool, tasks, stream.lines, ahead=2 * self.jobs)
+
+    def _in_order(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
+        """`batches` of a format that may not be split: one worker reads segment after segment,
+        going on with its stream from one to the next, while this process runs the detectors."""
+        bounds = segment_bounds(self.path, head_end, IN_ORDER_BYTES)
+        template = pickle.dumps(stream)
+        tasks = [
+            _Task(str(self.path), None if k else template, a, b, k == len(bounds) - 1, 0, in_order=True)
+            for k, (a, b) in enumerate(bounds)
+        ]
+        one = ProcessPoolExecutor(1, mp_context=workers.context(), initializer=_ignore_interrupts)
+        try:
+            yield from self._read(one, tasks, stream.lines, ahead=4)
+        finally:
+            one.shutdown(wait=True, cancel_futures=True)
+
+    def _read(
+        self, pool: ProcessPoolExecutor, tasks: list[_Task], lines_before: int, ahead: int
+    ) -> Iterator[tuple[Batch, LogStream | None, int]]:
+        """The batches of `tasks`, in order, with up to `ahead` of them being read meanwhile."""
         in_flight: deque[Future[_Segment]] = deque()
         pending = iter(tasks)
         for task in pending:
-            in_flight.append(self._pool.submit(read_segment, task))
-            if len(in_flight) >= 2 * self.jobs:
+            in_flight.append(pool.submit(read_segment, task))
+            if len(in_flight) >= ahead:
                 break
         while in_flight:
             segment = self._result(in_flight.popleft())
             for task in pending:
-                in_flight.append(self._pool.submit(read_segment, task))
+                in_flight.append(pool.submit(read_segment, task))
                 break
             batch = _shifted(segment, lines_before - segment.skip)
             lines_before += segment.lines
             if segment.stream is not None:
                 segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
             yield from _pieces(batch, segment.stream, segment.size)
-
-    def _in_order(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
-        """`batches` of a format that may not be split: each segment's task starts from the stream
-        the one before handed back, and is sent before that one's batch goes to the detectors."""
-        bounds = segment_bounds(self.path, head_end, IN_ORDER_BYTES)
-        upcoming = self._hand_over(stream, bounds, 0)
-        for k in range(len(bounds)):
-            segment = self._result(upcoming)
-            assert segment.stream is not None
-            last = k == len(bounds) - 1
-            if not last:
-                upcoming = self._hand_over(segment.stream, bounds, k + 1)
-            yield from _pieces(_shifted(segment, 0), segment.stream if last else None, segment.size)
-
-    def _hand_over(self, stream: LogStream, bounds: list[tuple[int, int]], k: int) -> Future[_Segment]:
-        """Start reading segment `k` of `bounds` from `stream`, where the one before it ended."""
-        start, end = bounds[k]
-        last = k == len(bounds) - 1
-        task = _Task(str(self.path), pickle.dumps(stream), start, end, last, 0, hand_over=not last)
-        return self._pool.submit(read_segment, task)
 
     def _result(self, future: Future[_Segment]) -> _Segment:
         try:
@@ -193,7 +195,10 @@ def read_segment(task: _Task) -> _Segment:
     """Parse one segment in a worker: warm-up, the segment, then the end of an open record."""
     # Line numbers go on from the head's, as if the lines between were empty: parsers that key
     # state by line (Megatron's rank dedupe) see the head's lines as earlier, which they are.
-    stream: LogStream = pickle.loads(task.template)
+    global _going_on
+    stream = pickle.loads(task.template) if task.template is not None else _going_on
+    if stream is None:
+        raise RuntimeError("a segment read in order reached a worker without the stream before it")
     try:
         with open(task.path, "rb") as fh:
             stream.feed(_warmup(fh, task.start, task.warmup))
@@ -209,7 +214,7 @@ def read_segment(task: _Task) -> _Segment:
             if task.last:
                 stream.close()  # a last line without its newline is read here: one of the segment's
             lines = stream.lines - warm_lines
-            if not (task.last or task.hand_over):
+            if not (task.last or task.in_order):
                 _finish_open_record(stream, fh)
     except OSError as e:
         raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
@@ -219,8 +224,12 @@ def read_segment(task: _Task) -> _Segment:
     events = _PackedEvents.of(batch.events)
     records = logged_columns(batch.records)
     batch = dataclasses.replace(batch, records=RecordBuilder.empty(), events=[])
-    handed = stream if task.last or task.hand_over else None
-    return _Segment(batch, records, events, warm_lines, lines, task.end - task.start, handed)
+    _going_on = stream if task.in_order and not task.last else None
+    return _Segment(batch, records, events, warm_lines, lines, task.end - task.start, stream if task.last else None)
+
+
+#: In a worker reading a file in order: its stream at the end of the segment it read last.
+_going_on: LogStream | None = None
 
 
 def _warmup(fh: BinaryIO, start: int, size: int) -> bytes:
