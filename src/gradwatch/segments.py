@@ -12,9 +12,9 @@ on the batches in file order, so alerts are those of a sequential read (tests/te
 
 Only parsers marked `segment_safe` are split. A parser that counts from the start of the file
 (Hugging Face Trainer dicts numbered by position, JSON lines without a step) is read in order
-instead: one segment after the other, each going on from the stream exactly as the one before left
-it (handed over, no warm-up), by a worker, while this process runs the detectors on the segment
-before. That is still a sequential read, only on two cores: parsing beside detecting.
+instead: by one worker, segment after segment, its stream going on from one to the next as it
+is (no warm-up), while this process runs the detectors on the segments before. That is still a
+sequential read, only on two cores: parsing beside detecting.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.records import RecordBuilder, frame_of, logged_columns
 
-#: One worker task: large enough that the warm-up and the hand-over cost little.
+#: One worker task: large enough that the warm-up and the sending of the stream cost little.
 SEGMENT_BYTES = 16 << 20
 #: One task of a file read in order: no warm-up to pay for, so a batch the size of a sequential
 #: read's (the detectors' memory grows with the batch)
@@ -86,7 +86,7 @@ class _Segment:
     skip: int
     lines: int  # lines in the segment proper
     size: int  # its bytes
-    stream: LogStream | None  # the worker's stream: after the last segment, or to hand over
+    stream: LogStream | None  # the worker's stream after the last segment (the state after the file)
 
 
 class SegmentReader:
