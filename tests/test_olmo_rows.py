@@ -8,6 +8,7 @@ at random chunk boundaries, and restored from a pickled stream.
 
 from __future__ import annotations
 
+import pickle
 import random
 import re
 
@@ -182,3 +183,24 @@ def test_a_bare_marker_keeps_its_step_for_the_lines_after_it() -> None:
     fast = _parse(data)
     _assert_same(fast, _parse(data, every_line=True))
     assert [e[2] for e in fast[2] if "path" in dict(e[4])] == [9999]
+
+
+def test_a_parser_pickled_before_the_bulk_path_reads_on() -> None:
+    """`scan` keeps parsers pickled between runs: one from before the bulk path (an open record
+    as a tuple, no shapes) loads and finishes its record, then learns shapes as usual."""
+    from gradwatch.parsers.base import ParseOutput
+    from gradwatch.parsers.olmo import OlmoParser
+
+    old = OlmoParser()
+    state = {k: v for k, v in old.__dict__.items() if k not in ("_layouts", "_bulk")}
+    state["_open"] = (7, 3, None, {"loss": 2.5}, [])
+    parser = OlmoParser.__new__(OlmoParser)
+    parser.__setstate__(pickle.loads(pickle.dumps(state)))
+    out = ParseOutput()
+    assert parser.parse("    train/PPL=12.2", 4, None, out)
+    assert parser.parse("2024-03-02 08:00:30.325 node:0  olmo.train:908  INFO    [step=8/9,epoch=0]", 5, 1.0, out)
+    assert parser.parse("    train/CrossEntropyLoss=2.4", 6, None, out)
+    parser.flush(out)
+    frame = out.records.take()
+    assert list(frame.step) == [7, 8] and list(frame.loss) == [2.5, 2.4] and frame.ppl[0] == 12.2
+    assert len(parser._layouts) == 1

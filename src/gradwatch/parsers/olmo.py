@@ -115,6 +115,17 @@ class OlmoParser(Parser):
         self._layouts: list[Layout] = []  # the latest first
         self._bulk = BulkTrack()
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A parser pickled in a scan state before the bulk path existed: its open record was a
+        tuple, and it knew no shapes."""
+        opened = state.get("_open")
+        if isinstance(opened, tuple):
+            step, line, ts, metrics, nonfinite = opened
+            state["_open"] = _Record(step, line, ts, metrics, nonfinite, keys=None)
+        state.setdefault("_layouts", [])
+        state.setdefault("_bulk", BulkTrack())
+        self.__dict__.update(state)
+
     @property
     def collecting(self) -> bool:
         return self._open is not None
@@ -146,8 +157,10 @@ class OlmoParser(Parser):
         if not sep or not key:
             return False
         if record.keys is not None:
-            indented = text[:1].isspace() and text.isascii() and "\0" not in text
-            record.keys = record.keys + [text[: text.index("=") + 1]] if indented else None
+            if text[:1].isspace() and text.isascii() and "\0" not in text:
+                record.keys.append(text[: text.index("=") + 1])
+            else:
+                record.keys = None
         canonical = _canonical(key)
         if canonical is not None and canonical not in record.metrics:
             try:
