@@ -23,6 +23,7 @@ import pytest
 
 from gradwatch import config, segments, workers
 from gradwatch.alerts import Alert
+from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileSummary, check_path
 from gradwatch.sources import archive
@@ -257,3 +258,17 @@ def test_workers_start_early_only_for_a_log_they_will_read(tmp_path: Path, monke
     assert not started
     workers.start_early([str(small), str(big)], 2)
     assert started == [1]
+
+
+def test_a_batch_whose_events_are_out_of_line_order_is_not_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces take the events of their lines; events out of order (a plugin's) would land twice,
+    so such a batch reaches the detectors whole."""
+    monkeypatch.setattr(segments, "BATCH_RECORDS", 2)
+    records = pd.DataFrame({"step": [1, 2, 3, 4, 5], "line": [10, 20, 30, 40, 50]})
+    events = [Event(EventKind.CHECKPOINT_SAVE, line) for line in (45, 15, 25)]
+    pieces = list(segments._pieces(Batch(records, events), None, 100))
+    assert len(pieces) == 1 and pieces[0][0].events == events
+    ordered = sorted(events, key=lambda e: e.line)
+    pieces = list(segments._pieces(Batch(records, ordered), None, 100))
+    assert [[e.line for e in p.events] for p, _, _ in pieces] == [[15], [25], [45]]
+    assert [size for _, _, size in pieces] == [0, 0, 100]

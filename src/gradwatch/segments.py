@@ -306,9 +306,12 @@ def _pieces(batch: Batch, stream: LogStream | None, size: int) -> Iterator[tuple
     if len(records) <= BATCH_RECORDS:
         yield batch, stream, size
         return
-    lines = records["line"].to_numpy()
     events = batch.events
     event_lines = np.array([e.line for e in events], dtype=np.int64)
+    if (np.diff(event_lines) < 0).any():  # a plugin's events out of line order: cut, they could repeat
+        yield batch, stream, size
+        return
+    lines = records["line"].to_numpy()
     start, first_event = 0, 0
     while start + BATCH_RECORDS < len(records):
         end = start + BATCH_RECORDS

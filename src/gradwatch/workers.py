@@ -54,7 +54,8 @@ def context() -> BaseContext:
 def start_early(paths: Iterable[str], jobs: int | None) -> None:
     """Start the fork server now if one of `paths` (as given on the command line) will be read by
     workers; what it cannot tell cheaply (directories, globs) waits for the read."""
-    if (jobs or default_jobs()) < 2 or not any(splittable(Path(p), jobs or default_jobs()) for p in paths):
+    jobs = jobs or default_jobs()
+    if not any(splittable(Path(p), jobs) for p in paths):
         return
     context()
     with contextlib.suppress(OSError):  # no process to be had: the read says so, and goes on here
