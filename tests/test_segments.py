@@ -48,7 +48,13 @@ def _run(path: Path, jobs: int) -> tuple[FileSummary, list[Alert], pd.DataFrame,
     summary, alerts = check_path(path, SETTINGS, on_batch=batches.append, jobs=jobs)
     records = pd.concat([b.records for b in batches], ignore_index=True)
     events = [(e.kind, e.line, e.step, e.data) for b in batches for e in b.events]
+    events += [("skip count", *row) for b in batches for row in _skip_rows(b)]
     return summary, alerts, records, events
+
+
+def _skip_rows(batch: Batch) -> list[tuple[int, int, int]]:
+    counts = batch.skip_counts
+    return list(zip(counts.line.tolist(), counts.step.tolist(), counts.skipped.tolist(), strict=True))
 
 
 def _same(path: Path, split: bool | None = True) -> tuple[FileSummary, list[Alert]]:

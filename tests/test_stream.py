@@ -25,7 +25,8 @@ from tests.conftest import EXAMPLES, REAL
 
 
 def _parse(data: bytes, chunks: list[int] | None = None, every_line: bool = False, pickled: bool = False):
-    """Format, records, events (with their times) and the latest time and step of each batch;
+    """Format, records, events (with their times; after each batch's, its skip counters as
+    (line, step, skipped)) and the latest time and step of each batch;
     `pickled`: the stream is pickled and restored after each chunk, as `scan` does between runs."""
     stream = LogStream(new_parsers())
     if every_line:
@@ -42,11 +43,13 @@ def _parse(data: bytes, chunks: list[int] | None = None, every_line: bool = Fals
         batch = stream.take()
         frames.append(batch.records)
         events += batch.events
+        skips = batch.skip_counts
+        events += zip(skips.line.tolist(), skips.step.tolist(), skips.skipped.tolist(), strict=True)
         clocks.append((batch.last_ts, batch.last_step))
         if pickled:
             stream = pickle.loads(pickle.dumps(stream))
     records = pd.concat(frames, ignore_index=True)
-    events = [(e.kind, e.line, e.step, e.ts, sorted(e.data.items())) for e in events]
+    events = [e if isinstance(e, tuple) else (e.kind, e.line, e.step, e.ts, sorted(e.data.items())) for e in events]
     return stream.format, records, events, clocks
 
 
@@ -574,3 +577,15 @@ def test_a_record_without_time_after_a_rescan_takes_no_earlier_time() -> None:
         batch = stream.take()
         assert batch.last_step == 89
         assert batch.last_step_ts is None, odd  # no dated line after the last record
+
+
+def test_a_stream_saved_before_skip_counters_were_columns_reads_on() -> None:
+    """`scan` keeps streams between runs: one pickled without the skip counters' builder loads and counts."""
+    stream = LogStream(new_parsers())
+    stream.feed((_DS_PROGRESS.format(n=10) + "\n").encode())
+    del stream.out.__dict__["skip_counts"]
+    restored = pickle.loads(pickle.dumps(stream))
+    restored.feed((_DS_PROGRESS.format(n=20) + "\n").encode())
+    restored.close()
+    counts = restored.take().skip_counts
+    assert counts.line.tolist() == [2] and counts.step.tolist() == [20] and counts.skipped.tolist() == [5]

@@ -2,6 +2,10 @@
 
 Events travel beside record batches. Each carries the line it came from so that detectors can
 put it in order with the records; `step` is the training step it belongs to when known.
+
+DeepSpeed's `step=N, skipped=K` counters are no events: a run prints one every few steps, which
+made hundreds of thousands of event objects in a long log, each built, sent between processes
+and looked at one by one. They travel as columns (`SkipCounts`).
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+import numpy as np
 
 
 class EventKind(str, Enum):
@@ -22,7 +28,6 @@ class EventKind(str, Enum):
     VOCAB = "vocab"  #: data has size (padded vocab size, for the random-init loss level)
     ERROR = "error"  #: a traceback or a trainer error message; data has text
     RUN_END = "run_end"  #: the trainer said it is exiting (normal end, time limit, job finished)
-    SKIP_COUNT = "skip_count"  #: DeepSpeed step=N, skipped=K (cumulative); data has skipped
     PARSE_WARNING = "parse_warning"  #: something in the input that we could not read fully
 
 
@@ -33,3 +38,62 @@ class Event:
     step: int | None = None
     ts: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SkipCounts:
+    """DeepSpeed's cumulative `step=N, skipped=K` counters of a batch, in line order, as columns
+    of int64 (only those with a valid step)."""
+
+    line: np.ndarray
+    step: np.ndarray
+    skipped: np.ndarray
+
+    @staticmethod
+    def empty() -> SkipCounts:
+        none = np.zeros(0, dtype=np.int64)
+        return SkipCounts(none, none, none)
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+    def where(self, keep: np.ndarray | slice) -> SkipCounts:
+        """The counters where `keep` (a mask, indices or a slice) says."""
+        return SkipCounts(self.line[keep], self.step[keep], self.skipped[keep])
+
+    def moved(self, offset: int) -> SkipCounts:
+        """The counters with their line numbers moved on by `offset`."""
+        return SkipCounts(self.line + offset, self.step, self.skipped)
+
+
+class SkipCountBuilder:
+    """Collects counters as a parser reads them: one by one, or many at once (the bulk path)."""
+
+    def __init__(self) -> None:
+        self._parts: list[SkipCounts] = []
+        self._rows: list[tuple[int, int, int]] = []
+
+    def add(self, line: int, step: int, skipped: int) -> None:
+        self._rows.append((line, step, skipped))
+
+    def add_columns(self, counts: SkipCounts) -> None:
+        self._flush_rows()
+        self._parts.append(counts)
+
+    def take(self) -> SkipCounts:
+        """Everything added since the last call, in line order (one by one and at once interleave)."""
+        self._flush_rows()
+        parts, self._parts = self._parts, []
+        if not parts:
+            return SkipCounts.empty()
+        if len(parts) == 1:
+            return parts[0]
+        joined = SkipCounts(*(np.concatenate([getattr(p, c) for p in parts]) for c in ("line", "step", "skipped")))
+        order = np.argsort(joined.line, kind="stable")
+        return joined.where(order)
+
+    def _flush_rows(self) -> None:
+        if self._rows:
+            line, step, skipped = np.array(self._rows, dtype=np.int64).reshape(-1, 3).T
+            self._parts.append(SkipCounts(line, step, skipped))
+            self._rows = []

@@ -18,16 +18,13 @@ import numpy as np
 import pandas as pd
 
 from gradwatch.config import SnapshotConfig
-from gradwatch.events import Event, EventKind
+from gradwatch.events import Event
 from gradwatch.parsers.stream import Batch
 
 __all__ = ["Evidence"]
 
 #: A raw line cut at `max_line_chars` ends with this.
 CUT_MARK = " [...line cut]"
-#: DeepSpeed's `step=N, skipped=K` comes with every log: kept, it would push the rare events
-#: (overflows, checkpoint loads, errors) out of the window; the raw lines around the alert show it.
-_NOT_KEPT = frozenset({EventKind.SKIP_COUNT})
 
 
 class Evidence:
@@ -60,7 +57,7 @@ class Evidence:
     def batch(self, batch: Batch) -> None:
         """The next parsed batch, before the detectors see it."""
         self._roll()
-        self._batch, self._batch_events = batch.records, [e for e in batch.events if e.kind not in _NOT_KEPT]
+        self._batch, self._batch_events = batch.records, batch.events
 
     # ---- asked by the snapshot writer -----------------------------------------------------------
     def raw_lines(self, first: int, last: int) -> list[tuple[int, str]]:

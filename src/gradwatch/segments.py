@@ -264,7 +264,9 @@ def _within(batch: Batch, after: int, last: int) -> Batch:
     if not keep.all():
         rec = rec[keep].reset_index(drop=True)
     events = [e for e in batch.events if after < e.line <= last]
-    return dataclasses.replace(batch, records=rec, events=events)
+    skips = batch.skip_counts
+    skips = skips.where((skips.line > after) & (skips.line <= last))
+    return dataclasses.replace(batch, records=rec, events=events, skip_counts=skips)
 
 
 @dataclass
@@ -312,22 +314,36 @@ def _pieces(batch: Batch, stream: LogStream | None, size: int) -> Iterator[tuple
         yield batch, stream, size
         return
     lines = records["line"].to_numpy()
-    start, first_event = 0, 0
+    skips = batch.skip_counts
+    start, first_event, first_skip = 0, 0, 0
     while start + BATCH_RECORDS < len(records):
         end = start + BATCH_RECORDS
         last_event = int(np.searchsorted(event_lines, lines[end - 1], side="right"))
-        piece = Batch(records.iloc[start:end].reset_index(drop=True), events[first_event:last_event], path=batch.path)
+        last_skip = int(np.searchsorted(skips.line, lines[end - 1], side="right"))
+        piece = Batch(
+            records.iloc[start:end].reset_index(drop=True),
+            events[first_event:last_event],
+            path=batch.path,
+            skip_counts=skips.where(slice(first_skip, last_skip)),
+        )
         yield piece, None, 0
-        start, first_event = end, last_event
+        start, first_event, first_skip = end, last_event, last_skip
     rest = records.iloc[start:].reset_index(drop=True)
-    yield dataclasses.replace(batch, records=rest, events=events[first_event:]), stream, size
+    rest_skips = skips.where(slice(first_skip, None))
+    yield dataclasses.replace(batch, records=rest, events=events[first_event:], skip_counts=rest_skips), stream, size
 
 
 def _shifted(segment: _Segment, offset: int) -> Batch:
     """The segment's batch with its records and events, their line numbers moved on by `offset`."""
     records = segment.records
     records["line"] = records["line"] + offset
-    return dataclasses.replace(segment.batch, records=frame_of(records), events=segment.events.unpacked(offset))
+    batch = segment.batch
+    return dataclasses.replace(
+        batch,
+        records=frame_of(records),
+        events=segment.events.unpacked(offset),
+        skip_counts=batch.skip_counts.moved(offset),
+    )
 
 
 def _ignore_interrupts() -> None:

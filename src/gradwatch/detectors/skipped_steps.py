@@ -15,7 +15,7 @@ import numpy as np
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import Detector, DetectorConfig, columns
-from gradwatch.events import EventKind
+from gradwatch.events import SkipCounts
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -45,6 +45,11 @@ class _SkipCounter:
         self.all_alerted = False
         self.quiet_until = -(10**18)
 
+    def forget_before(self, step: int) -> None:
+        """Drop the skips logged before `step` from the window."""
+        while self.recent and self.recent[0][0] < step:
+            self.recent_sum -= self.recent.popleft()[1]
+
 
 class SkippedSteps(Detector):
     id = "skipped_steps"
@@ -60,12 +65,7 @@ class SkippedSteps(Detector):
         self._last_record_step: int | None = None
 
     def update(self, batch: Batch) -> list[Alert]:
-        alerts: list[Alert] = []
-        for ev in batch.events:
-            if ev.kind is EventKind.SKIP_COUNT and ev.step is not None:
-                alert = self._progress(ev.line, ev.step, int(ev.data["skipped"]))
-                if alert is not None:
-                    alerts.append(alert)
+        alerts = self._progress(batch.skip_counts)
         rec = columns(batch)
         skipped = rec["skipped"]
         ok = np.isfinite(skipped)
@@ -73,18 +73,40 @@ class SkippedSteps(Detector):
             alerts += self._records(rec["step"][ok], rec["line"][ok], skipped[ok])
         return alerts
 
-    def _progress(self, line: int, step: int, total: int) -> Alert | None:
-        """A DeepSpeed `step=N, skipped=K` line: K is cumulative."""
-        last, self._last_progress = self._last_progress, (step, total)
-        if last is None:
-            covered, skipped = step, float(total)
-        elif step > last[0] and total >= last[1]:
-            covered, skipped = step - last[0], float(total - last[1])
+    def _progress(self, counts: SkipCounts) -> list[Alert]:
+        """DeepSpeed's `step=N, skipped=K` lines: K is cumulative. Each line is compared with the
+        one before it; a step that does not go forward, or a count that goes back, is another
+        engine's counter or a restart, and counts nothing."""
+        if not len(counts):
+            return []
+        steps, totals = counts.step, counts.skipped
+        last = self._last_progress if self._last_progress is not None else (0, 0)
+        prev_step = np.concatenate([[last[0]], steps[:-1]])
+        prev_total = np.concatenate([[last[1]], totals[:-1]])
+        forward = (steps > prev_step) & (totals >= prev_total)
+        if self._last_progress is None:
+            forward[0] = True  # the first line covers the steps from the start
+        self._last_progress = (int(steps[-1]), int(totals[-1]))
+        counted = np.flatnonzero(forward & (steps > prev_step))
+        if not len(counted):
+            return []
+        steps = steps[counted]
+        covered, skipped = steps - prev_step[counted], (totals - prev_total)[counted].astype(np.float64)
+        c = self._deepspeed
+        if (np.diff(steps) <= 0).any():  # steps back between counted lines: each is looked at in turn
+            observe = np.ones(len(steps), dtype=bool)
         else:
-            return None  # another engine's counter, or a restart
-        if covered <= 0:
-            return None
-        return self._observe(self._deepspeed, line, step, covered, skipped)
+            observe = skipped > 0
+            # a line that skipped nothing still alerts where the window holds earlier skips, or
+            # where the count of steps reaches `min_steps` with nearly all of them skipped
+            never = np.iinfo(np.int64).min
+            skip_steps = np.where(observe, steps, never)
+            last_skip = np.maximum.accumulate(np.concatenate([[c.recent[-1][0] if c.recent else never], skip_steps]))
+            observe |= last_skip[:-1] > steps - self.config.window
+            observe |= self._all_skipped_at(c, covered, skipped)
+        alerts = self._observe_many(c, counts.line[counted], steps, covered, skipped, observe)
+        c.forget_before(int(steps[-1]) - self.config.window + 1)  # as the lines not observed would have
+        return alerts
 
     def _records(self, steps: np.ndarray, lines: np.ndarray, skipped: np.ndarray) -> list[Alert]:
         """Megatron's per-log `number of skipped iterations`: only logs that skipped can alert."""
@@ -92,17 +114,39 @@ class SkippedSteps(Detector):
         self._last_record_step = int(steps[-1])
         covered = np.where((prev >= 0) & (steps > prev), steps - prev, 0)
         counted = covered > 0
-        c = self._megatron
+        skipped = np.where(counted, skipped, 0.0)
+        return self._observe_many(self._megatron, lines, steps, covered, skipped, counted & (skipped > 0))
+
+    def _all_skipped_at(self, c: _SkipCounter, covered: np.ndarray, skipped: np.ndarray) -> np.ndarray:
+        """Per line, whether the totals after it meet the all-skipped test (`_observe`'s first)."""
+        if c.all_alerted:
+            return np.zeros(len(covered), dtype=bool)
+        cfg = self.config
+        steps_after = c.total_steps + np.cumsum(covered)
+        skipped_after = c.total_skipped + np.cumsum(skipped)
+        return (steps_after >= cfg.min_steps) & (skipped_after >= cfg.all_skipped_fraction * steps_after)
+
+    def _observe_many(
+        self,
+        c: _SkipCounter,
+        lines: np.ndarray,
+        steps: np.ndarray,
+        covered: np.ndarray,
+        skipped: np.ndarray,
+        observe: np.ndarray,
+    ) -> list[Alert]:
+        """`_observe` each of the lines that `observe` marks, with the totals as if every line
+        before had been observed; the others only add to the totals (they cannot alert)."""
         totals_before = c.total_steps + np.cumsum(covered) - covered
-        skipped_before = c.total_skipped + np.cumsum(np.where(counted, skipped, 0.0)) - np.where(counted, skipped, 0.0)
+        skipped_before = c.total_skipped + np.cumsum(skipped) - skipped
         alerts: list[Alert] = []
-        for pos in np.flatnonzero(counted & (skipped > 0)).tolist():
+        for pos in np.flatnonzero(observe).tolist():
             c.total_steps, c.total_skipped = float(totals_before[pos]), float(skipped_before[pos])
             alert = self._observe(c, int(lines[pos]), int(steps[pos]), int(covered[pos]), float(skipped[pos]))
             if alert is not None:
                 alerts.append(alert)
         c.total_steps = float(totals_before[-1] + covered[-1])
-        c.total_skipped = float(skipped_before[-1] + (skipped[-1] if counted[-1] else 0.0))
+        c.total_skipped = float(skipped_before[-1] + skipped[-1])
         return alerts
 
     def _observe(self, c: _SkipCounter, line: int, step: int, covered: int, skipped: float) -> Alert | None:
@@ -112,8 +156,7 @@ class SkippedSteps(Detector):
         if skipped > 0:
             c.recent.append((step, skipped))
             c.recent_sum += skipped
-        while c.recent and c.recent[0][0] <= step - cfg.window:
-            c.recent_sum -= c.recent.popleft()[1]
+        c.forget_before(step - cfg.window + 1)
         if (
             not c.all_alerted
             and c.total_steps >= cfg.min_steps

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from gradwatch.events import Event, EventKind
+from gradwatch.events import Event, EventKind, SkipCountBuilder, SkipCounts
 from gradwatch.parsers._arrow import arrow
 from gradwatch.records import RecordBuilder
 
@@ -40,6 +40,8 @@ class ParseOutput:
 
     records: RecordBuilder = field(default_factory=RecordBuilder)
     events: list[Event] = field(default_factory=list)
+    #: DeepSpeed's `step=N, skipped=K` counters (columns, not events: see `SkipCounts`)
+    skip_counts: SkipCountBuilder = field(default_factory=SkipCountBuilder)
     #: step of the latest record or progress line, so that events without a step can be placed
     last_step: int | None = None
     #: time of the latest timestamped line, whatever it was
@@ -99,6 +101,20 @@ class ParseOutput:
         **data: Any,
     ) -> None:
         self.events.append(Event(kind, line, _valid_step(step), ts if ts is not None else self.last_ts, data))
+
+    def skip_count(self, line: int, step: int, skipped: int) -> None:
+        """A cumulative skip counter (DeepSpeed's `step=N, skipped=K`); one beyond int64 is garbage."""
+        if _valid_step(step) is not None and _valid_step(skipped) is not None:
+            self.skip_counts.add(line, step, skipped)
+
+    def skip_count_columns(self, counts: SkipCounts) -> None:
+        """Many counters at once (the bulk path), in line order."""
+        self.skip_counts.add_columns(counts)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A state saved before skip counters were columns has none pending."""
+        state.setdefault("skip_counts", SkipCountBuilder())
+        self.__dict__.update(state)
 
 
 @dataclass(frozen=True)

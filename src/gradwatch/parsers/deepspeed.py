@@ -12,10 +12,10 @@ import re
 
 import numpy as np
 
-from gradwatch.events import EventKind
+from gradwatch.events import EventKind, SkipCounts
 from gradwatch.parsers._arrow import arrow
 from gradwatch.parsers._bytes import line_starts
-from gradwatch.parsers._text import number, timestamps
+from gradwatch.parsers._text import number
 from gradwatch.parsers._tokens import numbers_at
 from gradwatch.parsers.base import AuxLines, Block, ParseOutput, Parser
 from gradwatch.parsers.keywords import line_array
@@ -27,15 +27,13 @@ _PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^,\]]+)")
 _PIPE_STEPS = re.compile(r"\bsteps: (\d+) loss: (\S+) .*?iter time \(s\): (\S+)")
 _SAVING = re.compile(r"Saving model checkpoint: .*?global_step(\d+)")
 #: the progress line as DeepSpeed's logger prints it, read for a whole block at once (RE2, on
-#: lines without launcher prefixes or escapes): the time at fixed places; nothing before `step=`
+#: lines without launcher prefixes or escapes): the logger's prefix; nothing before `step=`
 #: can hold `] step=`, `, skipped=` or `, lr=`; counts exact as floats; and `lr=[` is followed by
 #: what `_PROGRESS` needs
 _PROGRESS_LINE = (
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[[A-Z]+\] \[[\w.:-]*\] \[Rank \d+\] "
     r"step=\d{1,15}, skipped=\d{1,15}, lr=\[[^,\]\x1b\r\n][^\x1b\r\n]*\n?$"
 )
-#: where year, month, day, hour, minute, second and milliseconds are in such a line
-_TIME_DIGITS = ((1, 4), (6, 2), (9, 2), (12, 2), (15, 2), (18, 2), (21, 3))
 
 
 class DeepSpeedParser(Parser):
@@ -66,7 +64,7 @@ class DeepSpeedParser(Parser):
                 metrics: dict[str, float] = {}
                 with contextlib.suppress(ValueError):
                     metrics["lr"] = number(m.group(3))
-                out.event(EventKind.SKIP_COUNT, line, step, ts, skipped=skipped)
+                out.skip_count(line, step, skipped)
                 if not out.counts.keys() - {self.name}:
                     out.record(self.name, step, line, ts, metrics)
                 return True
@@ -97,7 +95,7 @@ class DeepSpeedParser(Parser):
 
     def aux_lines(self, block: Block, lines: np.ndarray, out: ParseOutput) -> AuxLines | None:
         """The progress lines among `lines` of a block, in a file whose records another parser
-        writes (so that they are events only): their step, skip count and time. A line with a
+        writes (so that they are skip counters only): their step and skip count. A line with a
         character that is not ASCII (a `?` in `block.codes`) does not match: it goes line by line."""
         if not out.counts.keys() - {self.name}:
             return None
@@ -111,11 +109,6 @@ class DeepSpeedParser(Parser):
         if not len(index):
             return None
         starts = line_starts(newlines, index)
-        fields = np.zeros((len(index), len(_TIME_DIGITS)), dtype=np.int64)
-        for j, (at, width) in enumerate(_TIME_DIGITS):
-            for k in range(width):
-                fields[:, j] = fields[:, j] * 10 + codes[starts + at + k] - ord("0")
-        ts = timestamps(fields)
         taken = taken.filter(ok)
 
         def find(word: str) -> np.ndarray:
@@ -124,17 +117,12 @@ class DeepSpeedParser(Parser):
         step_at, skipped_at, lr_at = find("] step="), find(", skipped="), find(", lr=")
         tokens = np.column_stack([step_at + 7, skipped_at + 10]), np.column_stack([skipped_at, lr_at])
         values, read = numbers_at(codes, *tokens)
-        keep = read & ~np.isnan(ts)  # no such month: the per-line path gives the line no time
-        found = AuxLines(index[keep], {"ts": ts[keep]})
-        found.data["step"], found.data["skipped"] = values[keep[read]].astype(np.int64).T
+        found = AuxLines(index[read], {})
+        found.data["step"], found.data["skipped"] = values.astype(np.int64).T
         return found
 
     def aux_events(self, found: AuxLines, linenos: np.ndarray, out: ParseOutput) -> None:
-        data = found.data
-        for line, step, skipped, ts in zip(
-            linenos.tolist(), data["step"].tolist(), data["skipped"].tolist(), data["ts"].tolist(), strict=True
-        ):
-            out.event(EventKind.SKIP_COUNT, line, step, ts, skipped=skipped)
+        out.skip_count_columns(SkipCounts(linenos.astype(np.int64), found.data["step"], found.data["skipped"]))
 
     def _scale(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if "already at minimum" in text:

@@ -18,7 +18,7 @@ from itertools import accumulate
 import numpy as np
 import pandas as pd
 
-from gradwatch.events import Event, EventKind
+from gradwatch.events import Event, EventKind, SkipCounts
 from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import clean, timestamp
 from gradwatch.parsers.base import AuxLines, Block, Hits, Matches, ParseOutput, Parser
@@ -50,6 +50,8 @@ class Batch:
     #: step of the latest record
     last_step: int | None = None
     path: str = ""
+    #: DeepSpeed's cumulative skip counters, in line order
+    skip_counts: SkipCounts = field(default_factory=SkipCounts.empty)
 
 
 class LogStream:
@@ -145,7 +147,8 @@ class LogStream:
             return Batch(RecordBuilder.empty(), path=self.path)
         events, out.events = out.events, []
         records = out.records.take(self._aux if main_seen else frozenset())
-        return Batch(records, events, out.last_ts, out.last_step_ts, out.last_step, self.path)
+        skips = out.skip_counts.take()
+        return Batch(records, events, out.last_ts, out.last_step_ts, out.last_step, self.path, skips)
 
     def _hold(self, partial: bytes) -> None:
         if len(partial) > MAX_LINE_BYTES:
