@@ -110,24 +110,54 @@ def _num(v: float | None) -> float | None:
     return None if v is None else float(v)
 
 
-def prev_window_median(tail: np.ndarray, values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+def prev_window_median(
+    tail: np.ndarray, values: np.ndarray, window: int, wanted: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Median of the `window` values before each of `values`, seeded by `tail` from earlier batches.
 
     Returns (medians, new tail). A value with no predecessor gets NaN. Because the tail carries the
     last `window` values across calls, the result does not depend on where batches were cut.
+    `wanted`: a mask of the values whose median is needed, the others get NaN. A detector that
+    rules most values out with the window's bounds (`prev_window_range`) has few medians computed.
     """
     joined = np.concatenate([tail, values])
-    if len(values) <= SMALL_BATCH:  # a live tail's batch of a record or two: pandas' set-up would dominate
-        med = np.full(len(values), np.nan)
-        for i in range(len(values)):
-            end = len(tail) + i
-            window_values = joined[max(0, end - window) : end]
-            window_values = window_values[~np.isnan(window_values)]
-            if len(window_values):
-                med[i] = median(window_values)
-        return med, joined[-window:]
-    before = np.concatenate([[np.nan], moving_median(joined, window)[:-1]])  # each value's predecessors
-    return before[len(tail) :], joined[-window:]
+    if wanted is None:
+        few = len(values) <= SMALL_BATCH  # a live tail's batch of a record or two: pandas' set-up would dominate
+        wanted_at = np.arange(len(values)) if few else None
+    else:
+        wanted_at = np.flatnonzero(wanted)
+        if len(wanted_at) * _MEDIANS_ONE_BY_ONE > len(values) > SMALL_BATCH:
+            wanted_at = None  # too many: the moving median costs less
+    if wanted_at is None:
+        before = np.concatenate([[np.nan], moving_median(joined, window)[:-1]])[
+            len(tail) :
+        ]  # each value's predecessors
+        if wanted is not None:
+            before[~wanted] = np.nan
+        return before, joined[-window:]
+    med = np.full(len(values), np.nan)
+    for i in wanted_at.tolist():
+        end = len(tail) + i
+        window_values = joined[max(0, end - window) : end]
+        window_values = window_values[~np.isnan(window_values)]
+        if len(window_values):
+            med[i] = median(window_values)
+    return med, joined[-window:]
+
+
+def prev_window_range(tail: np.ndarray, values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """The smallest and largest of the `window` values before each of `values` (as
+    `prev_window_median` takes them, NaN ignored; NaN where there are none): bounds of the median
+    at a fraction of its cost, so that a detector can tell which medians it needs (`wanted`)."""
+    joined = np.concatenate([tail, values])
+    width = min(window, len(joined))
+    lo = np.concatenate([[np.nan], bn.move_min(joined, width, min_count=1)[:-1]])[len(tail) :]
+    hi = np.concatenate([[np.nan], bn.move_max(joined, width, min_count=1)[:-1]])[len(tail) :]
+    return lo, hi
+
+
+#: `prev_window_median` computes wanted medians one by one while they are at most one value in this many
+_MEDIANS_ONE_BY_ONE = 16
 
 
 def moving_median(values: np.ndarray, window: int, min_count: int = 1) -> np.ndarray:

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns, prev_window_median
+from gradwatch.detectors.base import (
+    Detector,
+    DetectorConfig,
+    Incident,
+    columns,
+    prev_window_median,
+    prev_window_range,
+)
 from gradwatch.detectors.steps import StepGaps
 from gradwatch.parsers.stream import Batch
 
@@ -72,10 +79,12 @@ class GradNormSpike(Detector):
     def _segment(self, logv: np.ndarray, steps: np.ndarray, lines: np.ndarray) -> list[Alert]:
         cfg = self.config
         tail = self._tail
-        med, self._tail = prev_window_median(tail, logv, cfg.window)
+        least = math.log(min(cfg.short_ratio, cfg.min_ratio))
+        lowest, _ = prev_window_range(tail, logv, cfg.window)  # the median is no lower
+        med, self._tail = prev_window_median(tail, logv, cfg.window, wanted=logv - lowest >= least)
         n_prev = np.minimum(np.arange(len(tail), len(tail) + len(logv)), cfg.window)
         excess = logv - med
-        cheap = (n_prev >= cfg.min_history) & (excess >= math.log(min(cfg.short_ratio, cfg.min_ratio)))
+        cheap = (n_prev >= cfg.min_history) & (excess >= least)
         joined = np.concatenate([tail, logv])
         hits: list[int] = []
         sigmas: dict[int, float] = {}

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns, prev_window_median
+from gradwatch.detectors.base import (
+    Detector,
+    DetectorConfig,
+    Incident,
+    columns,
+    prev_window_median,
+    prev_window_range,
+)
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -62,11 +69,15 @@ class LossCollapse(Detector):
         grad_all = rec["grad_norm"]
         loss, grad = loss[ok], grad_all[ok]
         steps, lines = rec["step"][ok], rec["line"][ok]
-        med, tail = prev_window_median(self._loss_tail, loss, cfg.window)
-        gmed, self._grad_tail = prev_window_median(
-            self._grad_tail, np.where(np.isfinite(grad), grad, np.nan), cfg.window
-        )
+        wanted = None
+        if cfg.fraction > 0:  # low only below a fraction of the window's largest, which must reach min_baseline
+            _, highest = prev_window_range(self._loss_tail, loss, cfg.window)
+            wanted = (loss <= np.maximum(cfg.fraction * highest, cfg.absolute)) & (highest >= cfg.min_baseline)
+        med, tail = prev_window_median(self._loss_tail, loss, cfg.window, wanted)
         low = (loss <= np.maximum(cfg.fraction * med, cfg.absolute)) & (med >= cfg.min_baseline)
+        gmed, self._grad_tail = prev_window_median(
+            self._grad_tail, np.where(np.isfinite(grad), grad, np.nan), cfg.window, low
+        )
         # the baseline of a collapsed run must not follow it down: keep the last healthy window
         self._loss_tail = tail if not low.any() else self._healthy_tail(tail, loss, low)
         grad_low = ~np.isfinite(grad) | ~np.isfinite(gmed) | (grad <= cfg.grad_fraction * gmed)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, columns, prev_window_median
+from gradwatch.detectors.base import Detector, DetectorConfig, columns, prev_window_median, prev_window_range
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -63,10 +63,16 @@ class ThroughputDrop(Detector):
             return []
         values = raw[ok] if self._metric != "step_time_s" else 1.0 / raw[ok]
         steps, lines = rec["step"][ok], rec["line"][ok]
-        med, self._tail = prev_window_median(self._tail, values, self.config.window)
-        n_prev = np.minimum(np.arange(self._seen, self._seen + len(values)), self.config.window)
+        cfg = self.config
+        wanted = None
+        if cfg.fraction > 0:  # low only below a fraction of the window's largest; the log after a low too
+            _, highest = prev_window_range(self._tail, values, cfg.window)
+            maybe = values < cfg.fraction * highest
+            wanted = maybe | np.concatenate([[self._prev_low], maybe[:-1]])
+        med, self._tail = prev_window_median(self._tail, values, cfg.window, wanted)
+        n_prev = np.minimum(np.arange(self._seen, self._seen + len(values)), cfg.window)
         self._seen += len(values)
-        low = (n_prev >= self.config.min_history) & (values < self.config.fraction * med)
+        low = (n_prev >= cfg.min_history) & (values < cfg.fraction * med)
         # only low logs and the first log after them change anything: the rest are skipped
         prev_low = np.concatenate([[self._prev_low], low[:-1]])
         self._prev_low = bool(low[-1])

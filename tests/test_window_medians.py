@@ -1,0 +1,89 @@
+"""Detectors compute a window median only where the window's bounds leave a value in doubt; the
+alerts must be those of computing every median.
+
+`prev_window_median(..., wanted)` gives the same medians where wanted (NaN elsewhere), and
+`prev_window_range` bounds them. Then each detector that narrows its medians runs on rough random
+records twice: as shipped, and with every median computed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradwatch.detectors import grad_norm_spike, loss_collapse, throughput_drop
+from gradwatch.detectors.base import Detector, prev_window_median, prev_window_range
+from gradwatch.parsers.stream import Batch
+from gradwatch.records import frame_of
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_wanted_medians_equal_all_medians_there(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    tail = rng.lognormal(size=int(rng.integers(0, 40)))
+    values = rng.lognormal(size=int(rng.integers(1, 400)))
+    values[rng.random(len(values)) < 0.1] = np.nan
+    window = int(rng.integers(1, 50))
+    wanted = rng.random(len(values)) < rng.choice([0.01, 0.05, 0.5])
+    everything, tail_after = prev_window_median(tail, values, window)
+    some, same_tail = prev_window_median(tail, values, window, wanted)
+    np.testing.assert_array_equal(some[wanted], everything[wanted])
+    assert np.isnan(some[~wanted]).all()
+    np.testing.assert_array_equal(same_tail, tail_after)
+    lo, hi = prev_window_range(tail, values, window)
+    known = ~np.isnan(everything)
+    assert (lo[known] <= everything[known]).all() and (everything[known] <= hi[known]).all()
+    assert (np.isnan(lo) == ~known).all()
+
+
+def _every_median(
+    tail: np.ndarray, values: np.ndarray, window: int, wanted: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    return prev_window_median(tail, values, window)
+
+
+def _run(rng: np.random.Generator) -> list[Batch]:
+    """Records whose grad norm, loss and throughput wander, jump by factors of 1 to 30, and fall
+    for stretches of 1 to 12 logs to 0.1-100% of their level (the loss to 0.1-5%, its grad norm
+    with it or not), often: many values sit near the detectors' thresholds. Cut into random batches."""
+    n = 3000
+    level = np.exp(np.cumsum(rng.normal(0, 0.02, n)))
+    jumps = np.where(rng.random(n) < 0.05, rng.uniform(1, 30, n), 1.0)
+    slow, collapsed, grad_collapsed = np.ones(n), np.ones(n), np.ones(n)
+    for start in rng.choice(n, size=60, replace=False).tolist():
+        stretch = slice(start, start + int(rng.integers(1, 13)))
+        slow[stretch] = rng.uniform(0.001, 1.0)
+        if rng.random() < 0.5:
+            collapsed[stretch] = rng.uniform(0.001, 0.05)
+            grad_collapsed[stretch] = collapsed[stretch] if rng.random() < 0.5 else 1.0
+    data = {
+        "step": np.arange(1, n + 1),
+        "line": np.arange(1, n + 1) * 3,
+        "grad_norm": level * jumps * grad_collapsed * rng.lognormal(0, 0.3, n),
+        "loss": 3 * level * collapsed * rng.lognormal(0, 0.05, n),
+        "tflops": 150 * slow * rng.lognormal(0, 0.1, n),
+        "nonfinite": np.full(n, ""),
+    }
+    cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(0, 40)), replace=False))
+    bounds = [0, *cuts.tolist(), n]
+    return [Batch(frame_of({k: v[a:b] for k, v in data.items()})) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def _alerts(detector: type[Detector], batches: list[Batch]) -> list[dict]:
+    det = detector()
+    return [a.to_json() for b in batches for a in det.update(b)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize(
+    "detector", [grad_norm_spike.GradNormSpike, loss_collapse.LossCollapse, throughput_drop.ThroughputDrop]
+)
+def test_narrowed_medians_raise_the_alerts_of_all_medians(
+    detector: type[Detector], seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches = _run(np.random.default_rng(seed))
+    shipped = _alerts(detector, batches)
+    assert any(a["severity"] != "info" for a in shipped), "the run should alert"
+    for module in (grad_norm_spike, loss_collapse, throughput_drop):
+        monkeypatch.setattr(module, "prev_window_median", _every_median)
+    assert _alerts(detector, batches) == shipped
