@@ -13,7 +13,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, compress
 
 import numpy as np
 import pandas as pd
@@ -230,8 +230,7 @@ class LogStream:
                     found = next(candidates, -1)
                 if found < 0:
                     break
-                while i < n_bulk and ends[i] < found:
-                    i += 1
+                i = bisect_left(ends, found, i)  # the first bulk record not ending before it
                 start = text.rfind("\n", 0, found) + 1
             new_record = False
             while True:  # this line, then every line while a multi-line record is open
@@ -275,7 +274,7 @@ class LogStream:
             self._write_aux(aux, pos)
             self._candidate_lines(_rest(block, pos), lineno, depth + 1, base + pos)
             return
-        done = [k for k, ok in enumerate(taken) if ok]
+        done = list(compress(range(len(taken)), taken))
         self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step), base)
         self._write_aux(aux, len(text))
 
@@ -339,7 +338,9 @@ class LogStream:
         out = self.out
         last_record, last_step = (at > starts[done[-1]] for at in read_one_by_one)
         saved = (out.last_step, out.last_step_ts, out.step_ts_pending)
-        parser.bulk_records(text, hits.subset(done), [linenos[k] for k in done], out)
+        if len(done) < len(hits):  # (else all of them: indices are distinct and ascending)
+            hits, linenos = hits.subset(done), [linenos[k] for k in done]
+        parser.bulk_records(text, hits, linenos, out)
         if not self._locked and out.counts.get(parser.name, 0) >= LOCK_AFTER_RECORDS:
             self._lock_format(parser)
         if last_step:
