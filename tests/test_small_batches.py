@@ -8,6 +8,7 @@ test feeds the same values in one batch and in random small ones and compares th
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gradwatch.detectors.base import ColumnBatch, median
@@ -152,3 +153,18 @@ def _columns(metrics: dict[str, np.ndarray]) -> Columns:
     builder.take()
     assert builder.taken is not None
     return builder.taken
+
+
+def test_spike_score_window_stats_are_the_rolling_mean_and_std() -> None:
+    """The bulk path's stats are pandas' rolling mean and standard deviation of the previous 1000
+    (to the last few bits), and exactly no spread on a window of one repeated value."""
+    rng = np.random.default_rng(7)
+    values = rng.lognormal(size=20000)
+    values[rng.integers(0, 20000, 30)] *= 50
+    values[8000:9500] = 2.5
+    mean, std = SpikeScore()._previous_stats(values, 0)
+    rolling = pd.Series(values).rolling(1000, min_periods=100)
+    expected_mean, expected_std = rolling.mean().shift(1).to_numpy(), rolling.std().shift(1).to_numpy()
+    np.testing.assert_allclose(mean, expected_mean, rtol=1e-9)
+    np.testing.assert_allclose(std, expected_std, rtol=1e-6, atol=1e-6)
+    assert (std[9001:9501] == 0).all() and (std[9501:] > 0).all()
