@@ -14,7 +14,7 @@ import pytest
 from gradwatch.detectors import grad_norm_spike, loss_collapse, throughput_drop
 from gradwatch.detectors.base import Detector, prev_window_median, prev_window_range
 from gradwatch.parsers.stream import Batch
-from gradwatch.records import frame_of
+from gradwatch.records import columns_of
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -66,7 +66,9 @@ def _run(rng: np.random.Generator) -> list[Batch]:
     }
     cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(0, 40)), replace=False))
     bounds = [0, *cuts.tolist(), n]
-    return [Batch(frame_of({k: v[a:b] for k, v in data.items()})) for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [
+        Batch(columns_of({k: v[a:b] for k, v in data.items()}).frame) for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
 
 
 def _alerts(detector: type[Detector], batches: list[Batch]) -> list[dict]:

@@ -222,7 +222,7 @@ def _joined(chunks: list[_Chunk]) -> dict[str, np.ndarray] | None:
 
 
 def logged_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The columns of a batch's `frame` less the metrics it has no value of: what `frame_of`
+    """The columns of a batch's `frame` less the metrics it has no value of: what `columns_of`
     needs to build the same frame again (a worker's batch travels to the main process so, at
     half the size or less: a format logs a few of the metrics)."""
     data: dict[str, np.ndarray] = {}
@@ -233,9 +233,10 @@ def logged_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return data
 
 
-def frame_of(data: dict[str, np.ndarray]) -> pd.DataFrame:
-    """The batch frame of these columns (`logged_columns`): a metric not among them is NaN."""
-    return _frame(data).frame
+def columns_of(data: dict[str, np.ndarray]) -> Columns:
+    """The batch frame of these columns (`logged_columns`; a metric not among them is NaN), with
+    the arrays it was built from: readers take them without going through pandas."""
+    return _frame(data)
 
 
 def _frame(data: dict[str, np.ndarray]) -> Columns:

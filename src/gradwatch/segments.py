@@ -33,10 +33,11 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from gradwatch import workers
+from gradwatch.detectors.base import ColumnBatch
 from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, LogStream
-from gradwatch.records import RecordBuilder, frame_of, logged_columns
+from gradwatch.records import RecordBuilder, columns_of, logged_columns
 
 #: One worker task: large enough that the warm-up and the sending of the stream cost little.
 SEGMENT_BYTES = 16 << 20
@@ -151,11 +152,11 @@ class SegmentReader:
             for task in pending:
                 in_flight.append(pool.submit(read_segment, task))
                 break
-            batch = _shifted(segment, lines_before - segment.skip)
+            batch, records = _shifted(segment, lines_before - segment.skip)
             lines_before += segment.lines
             if segment.stream is not None:
                 segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
-            yield from _pieces(batch, segment.stream, segment.size)
+            yield from _pieces(batch, records, segment.stream, segment.size)
 
     def _result(self, future: Future[_Segment]) -> _Segment:
         try:
@@ -300,50 +301,52 @@ class _PackedEvents:
 _KINDS = {kind.value: kind for kind in EventKind}
 
 
-def _pieces(batch: Batch, stream: LogStream | None, size: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
-    """`batch` as batches of at most `BATCH_RECORDS` records, each with the events of its lines
-    (as a read cut after its last record would have had them); the clock facts, the stream and
-    the bytes go with the last piece, which is where they stand."""
-    records = batch.records
-    if len(records) <= BATCH_RECORDS:
-        yield batch, stream, size
-        return
+def _pieces(
+    batch: Batch, records: dict[str, np.ndarray], stream: LogStream | None, size: int
+) -> Iterator[tuple[Batch, LogStream | None, int]]:
+    """`batch` with its `records` (columns) as batches of at most `BATCH_RECORDS` records, each
+    with the events of its lines (as a read cut after its last record would have had them); the
+    clock facts, the stream and the bytes go with the last piece, which is where they stand."""
+    lines = records["line"]
     events = batch.events
     event_lines = np.array([e.line for e in events], dtype=np.int64)
-    if (np.diff(event_lines) < 0).any():  # a plugin's events out of line order: cut, they could repeat
-        yield batch, stream, size
+    if len(lines) <= BATCH_RECORDS or (np.diff(event_lines) < 0).any():  # (a plugin's events out of line
+        yield _carrying(batch, records), stream, size  # order: not cut, where they could repeat)
         return
-    lines = records["line"].to_numpy()
     skips = batch.skip_counts
     start, first_event, first_skip = 0, 0, 0
-    while start + BATCH_RECORDS < len(records):
+    while start + BATCH_RECORDS < len(lines):
         end = start + BATCH_RECORDS
         last_event = int(np.searchsorted(event_lines, lines[end - 1], side="right"))
         last_skip = int(np.searchsorted(skips.line, lines[end - 1], side="right"))
         piece = Batch(
-            records.iloc[start:end].reset_index(drop=True),
+            batch.records,
             events[first_event:last_event],
             path=batch.path,
             skip_counts=skips.where(slice(first_skip, last_skip)),
         )
-        yield piece, None, 0
+        yield _carrying(piece, {name: col[start:end] for name, col in records.items()}), None, 0
         start, first_event, first_skip = end, last_event, last_skip
-    rest = records.iloc[start:].reset_index(drop=True)
-    rest_skips = skips.where(slice(first_skip, None))
-    yield dataclasses.replace(batch, records=rest, events=events[first_event:], skip_counts=rest_skips), stream, size
+    rest = dataclasses.replace(batch, events=events[first_event:], skip_counts=skips.where(slice(first_skip, None)))
+    yield _carrying(rest, {name: col[start:] for name, col in records.items()}), stream, size
 
 
-def _shifted(segment: _Segment, offset: int) -> Batch:
-    """The segment's batch with its records and events, their line numbers moved on by `offset`."""
+def _carrying(batch: Batch, records: dict[str, np.ndarray]) -> ColumnBatch:
+    """`batch` with these records: their frame built once, and its numpy columns kept for the
+    detectors (which would otherwise take each out of the frame again)."""
+    built = columns_of(records)
+    return ColumnBatch.of(dataclasses.replace(batch, records=built.frame), built)
+
+
+def _shifted(segment: _Segment, offset: int) -> tuple[Batch, dict[str, np.ndarray]]:
+    """The segment's batch with its events, and its records (columns), their line numbers moved on by `offset`."""
     records = segment.records
     records["line"] = records["line"] + offset
     batch = segment.batch
-    return dataclasses.replace(
-        batch,
-        records=frame_of(records),
-        events=segment.events.unpacked(offset),
-        skip_counts=batch.skip_counts.moved(offset),
+    moved = dataclasses.replace(
+        batch, events=segment.events.unpacked(offset), skip_counts=batch.skip_counts.moved(offset)
     )
+    return moved, records
 
 
 def _ignore_interrupts() -> None:
