@@ -5,14 +5,16 @@ only the values' widths vary. Keys hold no commas and bulk values are numbers or
 a line is known by its commas: as many as the first record of the shape had, the text between
 the values (`{"step": `, `, "loss": `, `}`) exactly that record's. One pass over the block's
 bytes finds the commas; every check is one operation over all lines, and the values are checked
-against JSON's number grammar (the template regex's) by RE2 before Arrow converts them. A line
-that has the commas but fails a check is handed back (`Rows.odd`) to the template regex.
+against JSON's number grammar (the template regex's) before Arrow converts them: plain decimals
+by their bytes, the few others by RE2. A line that has the commas but fails a check is handed
+back (`Rows.odd`) to the template regex.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -84,8 +86,6 @@ class Rows:
 def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     """The record lines of `layout`'s shape in an ASCII block (`codes`, its bytes; `newlines`,
     where its lines end)."""
-    pa, pc = arrow()
-
     found = lines_with(codes, newlines, _COMMA, layout.commas)
     lines, starts, ends, at = found.lines, found.starts, found.ends, found.at
     k = len(layout.kinds)
@@ -102,25 +102,84 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
         ok &= text_at(codes, at[:, first[j]], text)
     chosen = np.flatnonzero(ok)
     tokens = ranges_array(codes, value_starts[chosen], value_ends[chosen])
-    # every value by the widest grammar in one pass; then what the step and the numbers add
-    good = pc.match_substring_regex(tokens, _VALUE).to_numpy(zero_copy_only=False).reshape(-1, k)
+    valid = _Values.of(tokens)
+    fits = valid.good.reshape(-1, k)
     for c, kind in enumerate(layout.kinds):
         if kind == "step":  # digits, at most 15 (the grammar has no leading zeros)
-            column = tokens.take(pa.array(np.arange(len(chosen)) * k + c))
-            digits = pc.ascii_is_decimal(column).to_numpy(zero_copy_only=False)
-            good[:, c] &= digits & (value_ends[chosen, c] - value_starts[chosen, c] <= 15)
+            fits[:, c] &= valid.digits.reshape(-1, k)[:, c]
         elif kind == "number":
-            good[:, c] &= ~text_at(codes, value_starts[chosen, c], b"null")  # a valid token there is all of it
-    good = good.all(axis=1)
-    kept = tokens.filter(pa.array(np.repeat(good, k)))
-    values = floats(pc.replace_substring(kept, "null", "nan"))
-    if values is None:  # not expected: what is left matches the grammar
-        values, good = np.zeros((0, k)), np.zeros(len(chosen), dtype=bool)
+            fits[:, c] &= ~valid.null.reshape(-1, k)[:, c]
+    good = fits.all(axis=1)
+    read = valid.floats(tokens, np.repeat(good, k))
+    values = np.zeros((0, k)) if read is None else read
+    if read is None:  # not expected: what is left matches the grammar
+        good = np.zeros(len(chosen), dtype=bool)
     accepted = np.zeros(len(lines), dtype=bool)
     accepted[chosen[good]] = True
     table = np.empty((int(good.sum()), k))
     table[:, layout.order] = values.reshape(-1, k)
     return Rows(starts[accepted], table, _spans(starts[~accepted], ends[~accepted]))
+
+
+@dataclass
+class _Values:
+    """Which value tokens the template's grammar (`_VALUE`) takes, per token.
+
+    Most are plain decimals (digits, at most one dot inside, no leading zero, at most 17
+    characters), which the grammar takes: those are known from a count of dots and other bytes
+    per token and their first bytes. Only the rest (signs, exponents, null, anything odd) go to
+    RE2, a small share of a log's values.
+    """
+
+    good: np.ndarray  # in the grammar
+    null: np.ndarray  # `null`
+    digits: np.ndarray  # a step: digits only, at most 15 (and in the grammar)
+
+    @staticmethod
+    def of(tokens: Any) -> _Values:
+        pa, pc = arrow()
+
+        offsets = np.frombuffer(tokens.buffers()[1], dtype=np.int64)[tokens.offset : tokens.offset + len(tokens) + 1]
+        at, lengths = offsets[:-1] - offsets[0], np.diff(offsets)
+        # the tokens' bytes, and one more to read where all are empty
+        data = np.frombuffer(tokens.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1] + 1]
+        if len(data) == offsets[-1] - offsets[0]:
+            data = np.append(data, np.uint8(0))
+        # per byte 1 for a dot, 1 << 16 for anything but a digit or dot: a token's sum is both counts
+        # (exact for the tokens of at most 17 bytes that can be plain, though the running sum wraps)
+        dot = data == ord(".")
+        weight = dot.astype(np.int32) + (((data - np.uint8(ord("0"))) > 9) & ~dot) * np.int32(1 << 16)
+        running = np.cumsum(weight, dtype=np.int32)
+        ends = at + lengths
+        counts = np.where(ends > 0, running[np.maximum(ends - 1, 0)], 0) - np.where(at > 0, running[at - 1], 0)
+        dots = counts & 0xFFFF
+        room = len(data) - 1
+        first, second = data[np.minimum(at, room)], data[np.minimum(at + 1, room)]
+        last = data[np.clip(at + lengths - 1, 0, room)]
+        plain = (lengths >= 1) & (lengths <= 17) & (counts >> 16 == 0) & (dots <= 1)
+        plain &= (first != ord(".")) & (last != ord("."))
+        plain &= (first != ord("0")) | (lengths == 1) | (second == ord("."))
+        good, null = plain.copy(), np.zeros(len(plain), dtype=bool)
+        odd = np.flatnonzero(~plain)
+        if len(odd):
+            matched = pc.match_substring_regex(tokens.take(pa.array(odd)), _VALUE).to_numpy(zero_copy_only=False)
+            good[odd] = matched
+            null[odd] = matched & (first[odd] == ord("n"))  # the grammar's one word
+        return _Values(good, null, plain & (dots == 0) & (lengths <= 15))
+
+    def floats(self, tokens: Any, rows: np.ndarray) -> np.ndarray | None:
+        """The values of the tokens marked in `rows` as float64, null as NaN (None: one is no number)."""
+        pa, _ = arrow()
+
+        numbers = rows & ~self.null
+        values = np.full(int(rows.sum()), np.nan)
+        if numbers.all():
+            return floats(tokens)
+        read = floats(tokens.filter(pa.array(numbers)))
+        if read is None:
+            return None
+        values[~self.null[rows]] = read
+        return values
 
 
 def _spans(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
