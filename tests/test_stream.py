@@ -589,3 +589,55 @@ def test_a_stream_saved_before_skip_counters_were_columns_reads_on() -> None:
     restored.close()
     counts = restored.take().skip_counts
     assert counts.line.tolist() == [2] and counts.step.tolist() == [20] and counts.skipped.tolist() == [5]
+
+
+_DATED = [
+    "[rank0]:[titan] 2024-03-02 08:01:00,481 - root - INFO - step:  3  loss: 10.88",
+    "[2024-03-02 10:32:28,543] [INFO] [logging.py:60:log_dist] [Rank 0] step=20",
+    "2024-03-02T10:40:00 a plain dated line",
+    "2024-03-02_10:40:01 an underscore",
+    "[2024-03-02-104002] dashes, no colons",
+    "[rank3]:2024-03-02 11:00:00,001 launcher prefix then a date",
+    "[rank3]:\x1c2024-03-02 11:00:01 a separator that re's \\s takes",
+    "[default0]: 2024-03-02 11:00:02 torchrun's prefix",
+    "12:  2024-03-02 11:00:03 srun's prefix",
+    "[rank0]: ",  # re reads on into the next line: no time of its own
+    "12:",
+    "2024-13-45 99:99:99 no such date",
+    "[2024-03-02 11:00:0x] cut short",
+    "1234 not a date",
+    "[x] bracket",
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_last_time_of_a_block_is_that_of_its_last_dated_line(seed: int) -> None:
+    """`_last_time` asks RE2 for the dated lines of a long block: the time must be the one the
+    line-by-line reading gives (the last line whose own text has a readable date)."""
+    from gradwatch.parsers import stream as stream_module
+
+    rng = random.Random(seed)
+    lines = [rng.choice(_DATED) if rng.random() < 0.7 else "plain text" for _ in range(rng.randint(1, 60))]
+    lines += rng.choice([[], [_DATED[0]] * 12, ["[rank0]: "] * 12])  # more than the lines tried one by one
+    text = "\n".join(lines) + "\n"
+    codes = np.frombuffer(text.encode(), dtype=np.uint8)
+    newlines = np.flatnonzero(codes == 10)
+    dated = stream_module._dated_lines(newlines, codes)
+    expected = next(
+        (ts for start in reversed(dated) if (ts := stream_module._line_time(text, start)[1]) is not None), None
+    )
+    assert stream_module._last_time(text, dated, codes, newlines, True) == expected
+    assert stream_module._last_time(text, dated, codes, newlines, False) == expected
+
+
+@pytest.mark.parametrize("after", [7, 8, 9, 30])
+@pytest.mark.parametrize("line", _DATED)
+def test_each_kind_of_dated_line_gives_the_last_time_before_lines_without_one(line: str, after: int) -> None:
+    from gradwatch.parsers import stream as stream_module
+
+    text = "\n".join(["plain text", line, *["[rank0]:[titan] no date here"] * after]) + "\n"
+    codes = np.frombuffer(text.encode(), dtype=np.uint8)
+    newlines = np.flatnonzero(codes == 10)
+    dated = stream_module._dated_lines(newlines, codes)
+    expected = stream_module._line_time(text, len("plain text\n"))[1]
+    assert stream_module._last_time(text, dated, codes, newlines, True) == expected

@@ -19,10 +19,11 @@ import numpy as np
 import pandas as pd
 
 from gradwatch.events import Event, EventKind, SkipCounts
+from gradwatch.parsers._arrow import arrow
 from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import clean, timestamp
 from gradwatch.parsers.base import AuxLines, Block, Hits, Matches, ParseOutput, Parser
-from gradwatch.parsers.keywords import Keywords
+from gradwatch.parsers.keywords import Keywords, line_array
 from gradwatch.records import RecordBuilder
 
 #: Longer lines are cut here (the rest is dropped and reported once): a 50 MB line of garbage
@@ -178,7 +179,7 @@ class LogStream:
             self._every_line(text, first)
         else:
             self._candidate_lines(Block(text, codes, newlines, ascii_only), first)
-        self._track_time(text, newlines, codes)
+        self._track_time(text, newlines, codes, ascii_only)
 
     def _every_line(self, text: str, first: int) -> None:
         """Slow path, for parsers that must see every line (a user regex without a literal)."""
@@ -414,7 +415,7 @@ class LogStream:
                 return True
         return False
 
-    def _track_time(self, text: str, newlines: np.ndarray, codes: np.ndarray) -> None:
+    def _track_time(self, text: str, newlines: np.ndarray, codes: np.ndarray, ascii_only: bool) -> None:
         """Clock facts that the skipped noise lines carry: the latest time, and a record's time.
 
         A record without its own timestamp takes the time of the first timestamped line after it;
@@ -427,7 +428,7 @@ class LogStream:
             if ts is not None:
                 out.last_step_ts, out.step_ts_pending = ts, False
         self._pending_from = 0 if out.step_ts_pending else None
-        last = _last_time(text, dated)
+        last = _last_time(text, dated, codes, newlines, ascii_only)
         if last is not None:
             out.last_ts = last
 
@@ -564,10 +565,36 @@ def _first_time(text: str, dated: list[int], pos: int) -> float | None:
     return None
 
 
-def _last_time(text: str, dated: list[int]) -> float | None:
-    """The time of the last line of `text` that begins with a readable date and time."""
-    for start in reversed(dated):
+def _last_time(text: str, dated: list[int], codes: np.ndarray, newlines: np.ndarray, ascii_only: bool) -> float | None:
+    """The time of the last line of `text` that begins with a readable date and time.
+
+    Usually one of the last lines. Where none of those is (torchtitan's lines begin with
+    `[rank0]:[titan]`, which no date follows), the lines that `_TS_LINE` takes are found by RE2
+    at once in an ASCII block (`codes`, ending lines at `newlines`), instead of by a match per line.
+    """
+    for start in reversed(dated[-_LAST_LINES_TRIED:]):
+        ts = _line_time(text, start)[1]
+        if ts is not None:
+            return ts
+    earlier = dated[:-_LAST_LINES_TRIED]
+    if earlier and ascii_only:
+        _, pc = arrow()
+        index = np.searchsorted(newlines, np.array(earlier, dtype=np.int64))  # their lines
+        taken = pc.match_substring_regex(line_array(codes, newlines, index), _TS_LINE_RE2)
+        earlier = [earlier[i] for i in np.flatnonzero(taken.to_numpy(zero_copy_only=False)).tolist()]
+    for start in reversed(earlier):
         ts = _line_time(text, start)[1]
         if ts is not None:
             return ts
     return None
+
+
+#: `_last_time` reads this many of a block's last dated lines one by one before it asks RE2
+_LAST_LINES_TRIED = 8
+#: `_TS_LINE` for RE2 over one line of ASCII text: `\d` as [0-9], `\s` as `re` reads it there.
+#: A line that `re` takes only by reading on into the next one has no time of its own: not missed.
+_SPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f ]"
+_TS_LINE_RE2 = (
+    rf"^(?:\[(?:default|rank)[0-9]+\]:{_SPACE}?|[0-9]{{1,5}}:{_SPACE}+)?"
+    r"\[?[0-9]{4}-[0-9][0-9]-[0-9][0-9][ T_-][0-9][0-9]:?[0-9][0-9]:?[0-9][0-9]"
+)
