@@ -359,17 +359,25 @@ class LogStream:
         lines where these are known.
 
         Where RE2 reads the keywords as `re` does (`Keywords.lines`), the lines with a keyword are
-        found at once and the bulk lines taken out of them. Otherwise the text between bulk
-        records is searched as one joined string (one search in C per keyword, instead of one
-        per record); positions are mapped back.
+        found at once: among the lines outside the bulk records where those cover most lines
+        (OLMo's records span many short lines, and RE2's cost is mostly per line), else among all,
+        the bulk lines taken out after. Otherwise the text between bulk records is searched as one
+        joined string (one search in C per keyword, instead of one per record); positions are
+        mapped back.
         """
         scan = self._scan
         assert scan is not None
         text = block.text
-        found = scan.lines(block.codes, block.newlines, ascii_only=block.ascii)
+        newlines = block.newlines
+        if 2 * len(covered) > len(newlines):
+            outside = np.ones(len(newlines), dtype=bool)
+            outside[covered] = False
+            found = scan.lines(block.codes, newlines, np.flatnonzero(outside), ascii_only=block.ascii)
+        else:
+            found = scan.lines(block.codes, newlines, ascii_only=block.ascii)
+            if found is not None:
+                found = found[~np.isin(found, covered)]
         if found is not None:
-            found = found[~np.isin(found, covered)]
-            newlines = block.newlines
             return iter(line_starts(newlines, found).tolist()), found
         if not starts:
             return iter(scan.positions(text)), None
