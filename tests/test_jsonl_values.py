@@ -98,6 +98,11 @@ def _check(texts: list[str]) -> None:
 
 def test_edge_cases_are_read_as_the_grammar_reads_them() -> None:
     _check(EDGES)
+    _check([])
+
+
+def test_many_tokens_are_read_a_slice_at_a_time_as_the_grammar_reads_them() -> None:
+    _check(EDGES * 1000)
 
 
 @settings(max_examples=300, deadline=None)

@@ -121,6 +121,14 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     return Rows(starts[accepted], table, _spans(starts[~accepted], ends[~accepted]))
 
 
+#: tokens `_Values.of` looks at at once
+_SLICE = 1 << 15
+#: per byte value, its weight in `_Values.of`'s counts: 1 for a dot, 32 for anything but a digit
+_WEIGHTS = np.full(256, 32, dtype=np.uint8)
+_WEIGHTS[np.frombuffer(b"0123456789", dtype=np.uint8)] = 0
+_WEIGHTS[ord(".")] = 1
+
+
 @dataclass
 class _Values:
     """Which value tokens the template's grammar (`_VALUE`) takes, per token.
@@ -137,6 +145,15 @@ class _Values:
 
     @staticmethod
     def of(tokens: Any) -> _Values:
+        """The tokens' kinds, a slice at a time: the per-byte counts of a whole block's values
+        would add some 15 MB to a check's peak memory."""
+        parts = [_Values._of(tokens.slice(lo, _SLICE)) for lo in range(0, len(tokens), _SLICE)]
+        if len(parts) <= 1:
+            return parts[0] if parts else _Values(*(np.zeros(0, dtype=bool) for _ in range(3)))
+        return _Values(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("good", "null", "digits")))
+
+    @staticmethod
+    def _of(tokens: Any) -> _Values:
         pa, pc = arrow()
 
         offsets = np.frombuffer(tokens.buffers()[1], dtype=np.int64)[tokens.offset : tokens.offset + len(tokens) + 1]
@@ -145,18 +162,17 @@ class _Values:
         data = np.frombuffer(tokens.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1] + 1]
         if len(data) == offsets[-1] - offsets[0]:
             data = np.append(data, np.uint8(0))
-        # per byte 1 for a dot, 1 << 16 for anything but a digit or dot: a token's sum is both counts
+        # per byte 1 for a dot, 32 for anything but a digit or dot: a token's sum is both counts
         # (exact for the tokens of at most 17 bytes that can be plain, though the running sum wraps)
-        dot = data == ord(".")
-        weight = dot.astype(np.int32) + (((data - np.uint8(ord("0"))) > 9) & ~dot) * np.int32(1 << 16)
-        running = np.cumsum(weight, dtype=np.int32)
+        running = np.cumsum(_WEIGHTS.take(data), dtype=np.uint16)
         ends = at + lengths
         counts = np.where(ends > 0, running[np.maximum(ends - 1, 0)], 0) - np.where(at > 0, running[at - 1], 0)
-        dots = counts & 0xFFFF
+        counts &= 0xFFFF  # (the difference of two wrapped sums)
+        dots, others = counts & 31, counts >> 5
         room = len(data) - 1
         first, second = data[np.minimum(at, room)], data[np.minimum(at + 1, room)]
         last = data[np.clip(at + lengths - 1, 0, room)]
-        plain = (lengths >= 1) & (lengths <= 17) & (counts >> 16 == 0) & (dots <= 1)
+        plain = (lengths >= 1) & (lengths <= 17) & (others == 0) & (dots <= 1)
         plain &= (first != ord(".")) & (last != ord("."))
         plain &= (first != ord("0")) | (lengths == 1) | (second == ord("."))
         good, null = plain.copy(), np.zeros(len(plain), dtype=bool)
