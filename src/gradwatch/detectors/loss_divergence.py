@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import bottleneck as bn
 import numpy as np
 import pandas as pd
 
@@ -194,7 +195,8 @@ class LossDivergence(Detector):
         tw, lookback = self.config.trend_window, self.config.trend_lookback
         if len(joined) - start > SMALL_BATCH or len(self._med_tail) != start:
             med = moving_median(joined, tw, min_count=tw)
-            ref = pd.Series(med).shift(tw).rolling(lookback, min_periods=1).min().to_numpy()[start:]
+            earlier = np.concatenate([np.full(min(tw, len(med)), np.nan), med[: max(len(med) - tw, 0)]])
+            ref = bn.move_min(earlier, min(lookback, len(earlier)), min_count=1)[start:]
         else:
             own = [
                 median(joined[end - tw + 1 : end + 1]) if end >= tw - 1 else np.nan for end in range(start, len(joined))
