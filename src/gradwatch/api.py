@@ -7,7 +7,9 @@ Records
     A detector receives a `Batch`: `batch.records` is a pandas DataFrame with the columns
     `COLUMNS` (`step`, the canonical `METRICS`, `ts`, `line`, `nonfinite`) in line order, then the
     extra metrics that registered parsers declared (`Parser.extra_metrics`). A metric a line did
-    not log is NaN; a value printed as nan/inf is NaN too and named in `nonfinite`.
+    not log is NaN; a value printed as nan/inf is NaN too and named in `nonfinite`. DeepSpeed's
+    cumulative `step=N, skipped=K` counters come as columns too: `batch.skip_counts` (`line`,
+    `step`, `skipped`, numpy arrays in line order).
 
 Detectors
     Subclass `Detector`: a snake_case `id` (also its config section `detectors.<id>`), a one-line

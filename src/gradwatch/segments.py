@@ -310,8 +310,9 @@ def _pieces(
     lines = records["line"]
     events = batch.events
     event_lines = np.array([e.line for e in events], dtype=np.int64)
-    if len(lines) <= BATCH_RECORDS or (np.diff(event_lines) < 0).any():  # (a plugin's events out of line
-        yield _carrying(batch, records), stream, size  # order: not cut, where they could repeat)
+    # a plugin's events out of line order could repeat in pieces: such a batch is not cut
+    if len(lines) <= BATCH_RECORDS or (np.diff(event_lines) < 0).any():
+        yield _carrying(batch, records), stream, size
         return
     skips = batch.skip_counts
     start, first_event, first_skip = 0, 0, 0

@@ -47,3 +47,32 @@ def text_at(codes: np.ndarray, positions: np.ndarray, text: bytes) -> np.ndarray
     if room < 0:
         return np.zeros(len(positions), dtype=bool)
     return (positions <= room) & (strings(codes, len(text))[np.minimum(positions, room)] == text)
+
+
+def texts_at(codes: np.ndarray, positions: np.ndarray, texts: tuple[bytes, ...] | list[bytes]) -> np.ndarray:
+    """Per row of `positions` (rows, one column per text), whether each of `texts` is at its
+    column's position (a position that leaves no room for it, or is negative: no).
+
+    Texts of 8 bytes or more are compared as 64-bit words (the last may overlap the one before),
+    all of them in one gather: a layout's keys are a few dozen words a line, and one gather costs
+    less than one string comparison per key. Shorter texts are compared as strings.
+    """
+    ok = np.ones(len(positions), dtype=bool)
+    column, offsets, expected = [], [], []
+    for j, text in enumerate(texts):
+        if len(text) < 8:
+            ok &= (positions[:, j] >= 0) & text_at(codes, np.maximum(positions[:, j], 0), text)
+            continue
+        for start in dict.fromkeys([*range(0, len(text) - 7, 8), len(text) - 8]):
+            column.append(j)
+            offsets.append(start)
+            expected.append(int.from_bytes(text[start : start + 8], "little"))
+    if not column:
+        return ok
+    if len(codes) < 8:
+        return np.zeros(len(positions), dtype=bool)
+    words = np.ndarray((len(codes) - 7,), dtype="<u8", buffer=codes, strides=(1,))  # unaligned
+    at = positions[:, column] + np.array(offsets)
+    inside = (at >= 0) & (at < len(words))
+    found = words[np.clip(at, 0, len(words) - 1)] == np.array(expected, dtype=np.uint64)
+    return ok & (found & inside).all(axis=1)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gradwatch.parsers._arrow import arrow
-from gradwatch.parsers._bytes import lines_with, text_at
+from gradwatch.parsers._bytes import lines_with, text_at, texts_at
 from gradwatch.parsers._tokens import floats, ranges_array
 
 _COMMA = ord(",")
@@ -98,8 +98,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     value_starts = np.column_stack([starts + len(layout.head), at[:, first] + np.array(list(map(len, layout.between)))])
     ok = (value_starts <= value_ends).all(axis=1)
     ok &= text_at(codes, starts, layout.head) & text_at(codes, np.maximum(value_ends[:, -1], 0), layout.tail)
-    for j, text in enumerate(layout.between):
-        ok &= text_at(codes, at[:, first[j]], text)
+    ok &= texts_at(codes, at[:, first], layout.between)
     chosen = np.flatnonzero(ok)
     tokens = ranges_array(codes, value_starts[chosen], value_ends[chosen])
     valid = _Values.of(tokens)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradwatch.parsers._bytes import lines_with, strings, text_at
+from gradwatch.parsers._bytes import lines_with, strings, text_at, texts_at
 from gradwatch.parsers._tokens import numbers_at
 
 _PIPE = ord("|")
@@ -114,7 +114,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray, controls: bool
     ok &= _DIGIT_OR_SPACE[digits].all(axis=1)
     ok &= (at == starts) | ~_WORD[codes[np.maximum(at - 1, 0)]]
     ok &= _plain_prefixes(codes, starts, at, controls)
-    ok &= _keys_match(codes, at_pipe, layout.keys)
+    ok &= texts_at(codes, at_pipe[:, : len(layout.keys)] + 1, layout.keys)  # each key right after its pipe
     ok &= (ends - at_pipe[:, -1] - 1 == len(layout.tail)) & text_at(codes, at_pipe[:, -1] + 1, layout.tail)
     chosen = np.flatnonzero(ok)
     at_ok, pipes_ok = at[chosen], at_pipe[chosen]
@@ -146,25 +146,4 @@ def _plain_prefixes(codes: np.ndarray, starts: np.ndarray, at: np.ndarray, contr
     for row in np.flatnonzero(at - starts >= 9).tolist():
         if b"iteration" in codes[starts[row] : at[row]].tobytes():
             ok[row] = False
-    return ok
-
-
-def _keys_match(codes: np.ndarray, at_pipe: np.ndarray, keys: tuple[bytes, ...]) -> np.ndarray:
-    """Per line (a row of `at_pipe`, its pipes), whether the bytes after each pipe are that
-    field's key. Keys of 8 bytes or more are compared as 64-bit words (the last one may overlap
-    the one before), all in one gather; shorter ones as strings."""
-    ok = np.ones(len(at_pipe), dtype=bool)
-    pipe_of, offsets, expected = [], [], []
-    for j, key in enumerate(keys):
-        if len(key) < 8:
-            ok &= text_at(codes, at_pipe[:, j] + 1, key)
-            continue
-        for start in dict.fromkeys([*range(0, len(key) - 7, 8), len(key) - 8]):
-            pipe_of.append(j)
-            offsets.append(1 + start)
-            expected.append(int.from_bytes(key[start : start + 8], "little"))
-    if pipe_of:
-        words = np.ndarray((len(codes) - 7,), dtype="<u8", buffer=codes, strides=(1,))  # unaligned
-        at = np.minimum(at_pipe[:, pipe_of] + np.array(offsets), len(words) - 1)
-        ok &= (words[at] == np.array(expected, dtype=np.uint64)).all(axis=1)
     return ok

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from gradwatch.parsers._arrow import arrow
-from gradwatch.parsers._bytes import line_starts, strings, text_at
+from gradwatch.parsers._bytes import line_starts, strings, text_at, texts_at
 from gradwatch.parsers._text import timestamps
 from gradwatch.parsers._tokens import floats, ranges_array
 
@@ -116,8 +116,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray, colons: np.nda
     # each key holds one colon, its last byte: where it is found, nothing of the value before it
     # is in it; the tail holds none (here a tail position is past the last colon, not negative)
     ok = (time >= starts) & (key_starts[:, 0] == at[:, 0] + 10) & (tail > at[:, -1])
-    for j, key in enumerate(layout.keys):
-        ok &= text_at(codes, np.maximum(key_starts[:, j], 0), key)
+    ok &= texts_at(codes, key_starts, layout.keys)
     ok &= text_at(codes, tail, layout.tail)
     clock = strings(codes, len(_TIME))[np.clip(time, 0, len(codes) - len(_TIME))]
     clock = clock.view(np.uint8).reshape(-1, len(_TIME))
