@@ -117,7 +117,7 @@ class LogStream:
             self._hold(buf)
             return
         self._partial = b""
-        self._parse_block(buf[: cut + 1])
+        self._parse_block(memoryview(buf)[: cut + 1])  # (a view: a 4 MiB chunk is not copied)
         if cut + 1 < len(buf):
             self._hold(buf[cut + 1 :])
 
@@ -165,12 +165,14 @@ class LogStream:
             partial = partial[:MAX_LINE_BYTES]
         self._partial = partial
 
-    def _parse_block(self, data: bytes) -> None:
-        ascii_only = data.isascii()
+    def _parse_block(self, data: bytes | memoryview) -> None:
+        try:
+            text, ascii_only = str(data, "ascii"), True
+        except UnicodeDecodeError:
+            text, ascii_only = str(data, "utf-8", errors="replace"), False
         if ascii_only:
-            text, codes = data.decode("ascii"), np.frombuffer(data, dtype=np.uint8)
+            codes = np.frombuffer(data, dtype=np.uint8)
         else:  # one byte a character still, `?` for those that are not ASCII (see Block)
-            text = data.decode("utf-8", errors="replace")
             codes = np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8)
         newlines = np.flatnonzero(codes == 10)  # one pass, for line numbers and for the clock
         first = self.lines + 1
