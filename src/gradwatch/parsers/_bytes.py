@@ -61,7 +61,8 @@ def texts_at(codes: np.ndarray, positions: np.ndarray, texts: tuple[bytes, ...] 
     column, offsets, expected = [], [], []
     for j, text in enumerate(texts):
         if len(text) < 8:
-            ok &= (positions[:, j] >= 0) & text_at(codes, np.maximum(positions[:, j], 0), text)
+            at = positions[:, j]
+            ok &= (at >= 0) & text_at(codes, np.maximum(at, 0), text)
             continue
         for start in dict.fromkeys([*range(0, len(text) - 7, 8), len(text) - 8]):
             column.append(j)
@@ -69,10 +70,12 @@ def texts_at(codes: np.ndarray, positions: np.ndarray, texts: tuple[bytes, ...] 
             expected.append(int.from_bytes(text[start : start + 8], "little"))
     if not column:
         return ok
-    if len(codes) < 8:
-        return np.zeros(len(positions), dtype=bool)
-    words = np.ndarray((len(codes) - 7,), dtype="<u8", buffer=codes, strides=(1,))  # unaligned
-    at = positions[:, column] + np.array(offsets)
-    inside = (at >= 0) & (at < len(words))
-    found = words[np.clip(at, 0, len(words) - 1)] == np.array(expected, dtype=np.uint64)
-    return ok & (found & inside).all(axis=1)
+    words = np.ndarray((max(len(codes) - 7, 0),), dtype="<u8", buffer=codes, strides=(1,))  # unaligned
+    at = positions[:, column]
+    at += np.array(offsets)
+    if len(at) and not (at.min() >= 0 and at.max() < len(words)):  # some text has no room there
+        ok &= ((at >= 0) & (at < len(words))).all(axis=1)
+        at[~ok] = 0
+        if not len(words):
+            return ok
+    return ok & (words[at] == np.array(expected, dtype=np.uint64)).all(axis=1)
