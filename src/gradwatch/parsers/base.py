@@ -264,7 +264,7 @@ class Parser(ABC):
         """What `bulk_matches` matches now; a new object when that changes (e.g. a new template)."""
         return None
 
-    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: np.ndarray, out: ParseOutput) -> None:
         """Record the lines found by `bulk_matches` (only called when it returned some)."""
         raise NotImplementedError
 
@@ -365,9 +365,9 @@ class BulkTrack:
             self.locked = True
             self.changed()
 
-    def newest(self, linenos: list[int]) -> bool:
+    def newest(self, linenos: np.ndarray) -> bool:
         """Whether the last of these bulk matches comes after the latest per-line call."""
-        return linenos[-1] > self.line
+        return bool(linenos[-1] > self.line)
 
     def handed(self, matches: int, retry: bool) -> None:
         """`bulk_matches` handed out `matches`; `retry`: it stopped before record lines of its shape,

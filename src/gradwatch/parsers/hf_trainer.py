@@ -262,7 +262,7 @@ class HfTrainerParser(Parser):
                 return min(cut, int(np.searchsorted(found.at, start)))
         return cut
 
-    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: np.ndarray, out: ParseOutput) -> None:
         """Bulk dicts as one columnar chunk; each one's step is its bar's count (checked to be the
         next step when it was matched)."""
         template = self._bulk_template
@@ -270,7 +270,7 @@ class HfTrainerParser(Parser):
         steps, n = hits.steps, len(hits)
         metrics = {name: hits.values[:, j] for j, name in enumerate(template.names)}
         nonfinite = np.full(n, "", dtype=object)  # no nan or inf in a bulk dict
-        out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), np.full(n, np.nan), metrics, nonfinite)
+        out.record_columns(self.name, steps, linenos, np.full(n, np.nan), metrics, nonfinite)
         if self._bulk.newest(linenos):
             self._step = int(steps[-1])
         self._bulk.count(self.name, out)

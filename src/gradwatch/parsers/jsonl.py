@@ -329,7 +329,7 @@ class JsonlParser(Parser):
         self._layout = (template, layout)
         return layout
 
-    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: np.ndarray, out: ParseOutput) -> None:
         """Bulk hits as one columnar chunk: step, then the template's targets."""
         template = self._bulk_template
         assert template is not None and isinstance(hits, TableHits)
@@ -338,5 +338,5 @@ class JsonlParser(Parser):
         ts = _epochs(table[:, 1 + template.targets.index("ts")]) if "ts" in template.targets else np.full(n, np.nan)
         steps = hits.steps
         nonfinite = np.full(n, "", dtype=object)  # no NaN or infinity in a bulk line
-        out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), ts, metrics, nonfinite)
+        out.record_columns(self.name, steps, linenos, ts, metrics, nonfinite)
         self._bulk.count(self.name, out)

@@ -198,7 +198,7 @@ class MegatronParser(Parser):
     def bulk_passed(self, hits: Hits, k: int) -> None:
         self._last_record_step = hits.step(k)
 
-    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: np.ndarray, out: ParseOutput) -> None:
         """Turn bulk hits into one columnar chunk of records."""
         t = self._bulk_template
         assert t is not None and isinstance(hits, TableHits)
@@ -232,15 +232,15 @@ class MegatronParser(Parser):
                 ts[row] = stamp
         self._seen_loss = True
         # the same iteration printed again by another rank, right after the first copy
-        fresh = steps != self._previous_steps(np.array(linenos, dtype=np.int64), steps)
-        self._remember(linenos[-1], int(steps[-1]))
+        fresh = steps != self._previous_steps(linenos, steps)
+        self._remember(int(linenos[-1]), int(steps[-1]))
         self._last_record_step = self._recent[-1][1]
         if not fresh.all():
             steps, ts, nonfinite = steps[fresh], ts[fresh], nonfinite[fresh]
             metrics = {name: values[fresh] for name, values in metrics.items()}
-            linenos = [n for n, keep in zip(linenos, fresh.tolist(), strict=True) if keep]
+            linenos = linenos[fresh]
         if len(steps):
-            out.record_columns(self.name, steps, np.array(linenos, dtype=np.int64), ts, metrics, nonfinite)
+            out.record_columns(self.name, steps, linenos, ts, metrics, nonfinite)
 
     def _previous_steps(self, lines: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """The step of the record before each of these bulk records (-2: none known)."""

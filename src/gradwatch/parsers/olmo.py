@@ -209,10 +209,9 @@ class OlmoParser(Parser):
         self.flush(out)  # a bulk record's marker is no metric line: it ends the open record
         return True
 
-    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: np.ndarray, out: ParseOutput) -> None:
         assert isinstance(hits, Records)
-        lines = np.array(linenos, dtype=np.int64)
-        out.record_columns(self.name, hits.steps, lines, hits.ts, hits.values, hits.nonfinite)
+        out.record_columns(self.name, hits.steps, linenos, hits.ts, hits.values, hits.nonfinite)
         self._bulk.count(self.name, out)
 
     def _checkpoint(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:

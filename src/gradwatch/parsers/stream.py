@@ -326,7 +326,7 @@ class LogStream:
         parser: Parser | None,
         text: str,
         hits: Hits,
-        linenos: list[int],
+        linenos: np.ndarray,
         starts: list[int],
         done: list[int],
         read_one_by_one: tuple[int, int],
@@ -342,7 +342,7 @@ class LogStream:
         last_record, last_step = (at > starts[done[-1]] for at in read_one_by_one)
         saved = (out.last_step, out.last_step_ts, out.step_ts_pending)
         if len(done) < len(hits):  # (else all of them: indices are distinct and ascending)
-            hits, linenos = hits.subset(done), [linenos[k] for k in done]
+            hits, linenos = hits.subset(done), linenos[done]
         parser.bulk_records(text, hits, linenos, out)
         if not self._locked and out.counts.get(parser.name, 0) >= LOCK_AFTER_RECORDS:
             self._lock_format(parser)
@@ -517,19 +517,20 @@ def _rest(block: Block, pos: int) -> Block:
 
 def _line_bounds(
     newlines: np.ndarray, positions: list[int], spans: np.ndarray | None, first: int
-) -> tuple[list[int], list[int], list[int], np.ndarray]:
+) -> tuple[list[int], list[int], np.ndarray, np.ndarray]:
     """For hits at `positions` (ascending) covering `spans` lines each (None: one) in a text with
     these `newlines` that ends with one and begins with line number `first`: where each hit's
     first line starts, where its last line ends (its newline), the number of its first line, and
     the indices of all the lines the hits cover. A vectorised lookup, not a search per position.
     """
     if not positions:
-        return [], [], [], np.zeros(0, dtype=np.int64)
+        none = np.zeros(0, dtype=np.int64)
+        return [], [], none, none
     index = np.searchsorted(newlines, np.array(positions, dtype=np.int64))  # the newline ending each line
     starts = np.where(index > 0, newlines[np.maximum(index - 1, 0)] + 1, 0)
     last = index if spans is None else index + spans - 1
     covered = index if spans is None else np.repeat(index - np.cumsum(spans) + spans, spans) + np.arange(spans.sum())
-    return starts.tolist(), newlines[last].tolist(), (index + first).tolist(), covered
+    return starts.tolist(), newlines[last].tolist(), index + first, covered
 
 
 def _keywords(parsers: list[Parser]) -> Keywords | None:

@@ -310,7 +310,7 @@ class TorchtitanParser(Parser):
                 return k
         return cut
 
-    def bulk_records(self, text: str, hits: Hits, linenos: list[int], out: ParseOutput) -> None:
+    def bulk_records(self, text: str, hits: Hits, linenos: np.ndarray, out: ParseOutput) -> None:
         """Bulk lines as one columnar chunk, copies from other ranks dropped."""
         assert isinstance(hits, TableHits)
         table, steps = hits.values, hits.steps
@@ -318,7 +318,7 @@ class TorchtitanParser(Parser):
         copies = self._round.copies
         fresh = ~np.isin(hits.at, copies) if len(copies) else np.ones(len(hits), dtype=bool)
         metrics = {name: table[fresh, 1 + j] for j, name in enumerate(METRICS)}
-        lines = np.array(linenos, dtype=np.int64)[fresh]
+        lines = linenos[fresh]
         if len(lines):
             nonfinite = np.full(len(lines), "", dtype=object)  # no nan or inf in a bulk line
             out.record_columns(self.name, steps[fresh], lines, ts[fresh], metrics, nonfinite)
