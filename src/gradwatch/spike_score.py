@@ -7,15 +7,15 @@ incrementally with the last `window` values carried across batches.
 
 from __future__ import annotations
 
-import bottleneck as bn
 import numpy as np
+import pandas as pd
 
 from gradwatch.records import Columns
 
 METRICS = ("loss", "grad_norm")
 
 #: Batches of up to this many values per metric take the plain numpy path (a live tail's batch of
-#: a record or two: the moving windows' set-up would cost more than the arithmetic).
+#: a record or two: pandas' rolling set-up would cost more than the arithmetic).
 _FEW = 8
 
 
@@ -45,17 +45,8 @@ class SpikeScore:
         (NaN with fewer than `min_periods` of them)."""
         n = len(joined) - start
         if n > _FEW:
-            width = min(self.window, len(joined))
-            if self.min_periods > width:
-                return np.full(n, np.nan), np.full(n, np.nan)
-            count = self.min_periods
-            mean = bn.move_mean(joined, width, min_count=count)
-            std = bn.move_std(joined, width, min_count=count, ddof=1)
-            # a window of one repeated value has no spread: exactly none, not a running sum's residue
-            lo, hi = bn.move_min(joined, width, min_count=count), bn.move_max(joined, width, min_count=count)
-            flat = lo == hi
-            mean[flat], std[flat] = lo[flat], 0.0
-            return _previous(mean)[start:], _previous(std)[start:]
+            roll = pd.Series(joined).rolling(self.window, min_periods=self.min_periods)
+            return roll.mean().shift(1).to_numpy()[start:], roll.std().shift(1).to_numpy()[start:]
         mean, std = np.full(n, np.nan), np.full(n, np.nan)
         for i in range(n):
             end = start + i
@@ -72,8 +63,3 @@ class SpikeScore:
     def percent(self) -> dict[str, float | None]:
         """Spike score per metric in percent, None where too few values were logged."""
         return {m: (100.0 * self.spikes[m] / self.counted[m] if self.counted[m] else None) for m in METRICS}
-
-
-def _previous(values: np.ndarray) -> np.ndarray:
-    """Each value's predecessor (NaN for the first): the stats of the window before a value."""
-    return np.concatenate([[np.nan], values[:-1]])
