@@ -134,3 +134,67 @@ def test_a_zero_skip_line_alerts_on_the_rate_once_calibration_is_over() -> None:
     alerts = _batched(lines, [3, 10], config)
     assert [(a["step"], a["severity"]) for a in alerts] == [(110, "warning")]
     assert alerts == _reference(lines, config)
+
+
+def test_skips_from_before_a_restart_still_in_the_window_count_after_a_batch_cut() -> None:
+    """After a restart the window holds skips out of step order (step 1000, then step 10); a
+    line in the next batch that skipped nothing still sees both (found by review)."""
+    config = SkippedStepsConfig(min_steps=10**6)
+    lines = [(1, 1000, 20), (2, 5, 20), (3, 10, 30), (4, 200, 30)]
+    expected = _reference(lines, config)
+    assert [(a["step"], a["severity"]) for a in expected] == [(200, "warning")]
+    assert _batched(lines, [3], config) == expected
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_counts_beyond_exact_floats_alert_as_every_line_observed(seed: int) -> None:
+    """Steps and counts beyond 2**53: the totals are summed in the order the lines come,
+    so they round as observing every line does, and an emptied window holds no residue."""
+    rng = random.Random(seed)
+    scale = rng.choice([10**12, 10**13, 10**14])  # up to 2**63 over the steps of `_counters`
+    lines = [(line, step * scale, total * scale) for line, step, total in _counters(rng, rng.choice([50, 300]))]
+    config = CONFIGS[seed % len(CONFIGS)]
+    cuts = sorted(rng.sample(range(1, len(lines)), min(len(lines) - 1, rng.randint(0, 12))))
+    assert _batched(lines, cuts, config) == _reference(lines, config)
+
+
+# Cases a review found with steps and counts beyond 2**53 (the window's sums round there)
+ROUNDING_CASES = [
+    # the window empties, but its running sum would keep a rounding residue of 32 "skips"
+    (
+        [
+            (213, 502514228689312285, 165558388779213128),
+            (269, 1279999999999993155, 313419999999999991),
+            (272, 1289999999999993155, 313419999999999991),
+        ],
+        SkippedStepsConfig(window=20, max_rate=0.1, calibration_steps=0, quiet_steps=30, min_steps=10),
+        2,
+    ),
+    # what lines not looked at drop from the window is dropped before the next line adds its skips
+    (
+        [
+            (261, 1479999999999990842, 453799999999999989),
+            (266, 1489999999999990842, 453799999999999989),
+            (267, 1348956971676798266, 449326905457930088),
+            (302, 1688999999999990842, 534139999999999989),
+        ],
+        SkippedStepsConfig(window=300, max_rate=0.5, all_skipped_fraction=0.5, min_steps=200),
+        2,
+    ),
+    # totals are summed line after line in floating point: 2**53 + 1 + 1 stays 2**53
+    (
+        [(1, 2**53, 2**53), (2, 2**53 + 1, 2**53 + 1), (3, 2**53 + 2, 2**53 + 2), (4, 2**53 + 3, 2**53 + 3)],
+        SkippedStepsConfig(min_steps=2**53 + 2, max_rate=1e30),
+        0,
+    ),
+]
+
+
+@pytest.mark.parametrize(("lines", "config", "alerts"), ROUNDING_CASES)
+def test_sums_beyond_exact_floats_round_as_observing_every_line_does(
+    lines: list[tuple[int, int, int]], config: SkippedStepsConfig, alerts: int
+) -> None:
+    expected = _reference(lines, config)
+    assert len(expected) == alerts
+    for cuts in ([], *([c] for c in range(1, len(lines))), [1, 2]):
+        assert _batched(lines, cuts, config) == expected

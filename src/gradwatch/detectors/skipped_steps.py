@@ -46,9 +46,12 @@ class _SkipCounter:
         self.quiet_until = -(10**18)
 
     def forget_before(self, step: int) -> None:
-        """Drop the skips logged before `step` from the window."""
+        """Drop the skips logged before `step` from the window (an empty window sums to exactly
+        0: counts beyond 2**53 would leave a rounding residue that reads as skips)."""
         while self.recent and self.recent[0][0] < step:
             self.recent_sum -= self.recent.popleft()[1]
+        if not self.recent:
+            self.recent_sum = 0.0
 
 
 class SkippedSteps(Detector):
@@ -93,7 +96,7 @@ class SkippedSteps(Detector):
         steps = steps[counted]
         covered, skipped = steps - prev_step[counted], (totals - prev_total)[counted].astype(np.float64)
         c = self._deepspeed
-        if (np.diff(steps) <= 0).any():  # steps back between counted lines: each is looked at in turn
+        if not _in_step_order(c, steps):  # after a restart: each line is looked at in turn
             observe = np.ones(len(steps), dtype=bool)
         else:
             observe = skipped > 0
@@ -104,7 +107,7 @@ class SkippedSteps(Detector):
             last_skip = np.maximum.accumulate(np.concatenate([[c.recent[-1][0] if c.recent else never], skip_steps]))
             observe |= last_skip[:-1] > steps - self.config.window
             observe |= self._all_skipped_at(c, covered, skipped)
-        alerts = self._observe_many(c, counts.line[counted], steps, covered, skipped, observe)
+        alerts = self._observe_many(c, counts.line[counted], steps, covered, skipped, observe, in_turn=True)
         c.forget_before(int(steps[-1]) - self.config.window + 1)  # as the lines not observed would have
         return alerts
 
@@ -122,8 +125,7 @@ class SkippedSteps(Detector):
         if c.all_alerted:
             return np.zeros(len(covered), dtype=bool)
         cfg = self.config
-        steps_after = c.total_steps + np.cumsum(covered)
-        skipped_after = c.total_skipped + np.cumsum(skipped)
+        steps_after, skipped_after = _running(c.total_steps, covered)[1:], _running(c.total_skipped, skipped)[1:]
         return (steps_after >= cfg.min_steps) & (skipped_after >= cfg.all_skipped_fraction * steps_after)
 
     def _observe_many(
@@ -134,19 +136,23 @@ class SkippedSteps(Detector):
         covered: np.ndarray,
         skipped: np.ndarray,
         observe: np.ndarray,
+        in_turn: bool = False,
     ) -> list[Alert]:
         """`_observe` each of the lines that `observe` marks, with the totals as if every line
-        before had been observed; the others only add to the totals (they cannot alert)."""
-        totals_before = c.total_steps + np.cumsum(covered) - covered
-        skipped_before = c.total_skipped + np.cumsum(skipped) - skipped
+        before had been observed; the others only add to the totals (they cannot alert).
+        `in_turn`: the lines go forward in steps, and the window also drops, before each line
+        observed, what the lines before it would have dropped (in the same order, so that even
+        sums beyond 2**53 round as observing every line does)."""
+        totals, skips = _running(c.total_steps, covered), _running(c.total_skipped, skipped)
         alerts: list[Alert] = []
         for pos in np.flatnonzero(observe).tolist():
-            c.total_steps, c.total_skipped = float(totals_before[pos]), float(skipped_before[pos])
+            if in_turn and pos and not observe[pos - 1]:
+                c.forget_before(int(steps[pos - 1]) - self.config.window + 1)
+            c.total_steps, c.total_skipped = float(totals[pos]), float(skips[pos])
             alert = self._observe(c, int(lines[pos]), int(steps[pos]), int(covered[pos]), float(skipped[pos]))
             if alert is not None:
                 alerts.append(alert)
-        c.total_steps = float(totals_before[-1] + covered[-1])
-        c.total_skipped = float(skipped_before[-1] + skipped[-1])
+        c.total_steps, c.total_skipped = float(totals[-1]), float(skips[-1])
         return alerts
 
     def _observe(self, c: _SkipCounter, line: int, step: int, covered: int, skipped: float) -> Alert | None:
@@ -192,3 +198,16 @@ class SkippedSteps(Detector):
                 _HINT,
             )
         return None
+
+
+def _running(start: float, added: np.ndarray) -> np.ndarray:
+    """`start`, then the total after each of `added`: summed in turn in floating point, as
+    `_observe`'s `+=` sums them (numpy's accumulate adds in order), to the last bit."""
+    return np.cumsum(np.concatenate([[start], added.astype(np.float64)]))
+
+
+def _in_step_order(c: _SkipCounter, steps: np.ndarray) -> bool:
+    """Whether the skips held and the counted lines `steps` go forward in steps: then the window
+    drops what the lines not looked at would have dropped, and its newest skip is its latest."""
+    held = np.array([step for step, _ in c.recent], dtype=np.int64)
+    return bool((np.diff(np.append(held, steps)) >= 0).all() and (np.diff(steps) > 0).all())
