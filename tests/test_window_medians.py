@@ -89,3 +89,45 @@ def test_narrowed_medians_raise_the_alerts_of_all_medians(
     for module in (grad_norm_spike, loss_collapse, throughput_drop):
         monkeypatch.setattr(module, "prev_window_median", _every_median)
     assert _alerts(detector, batches) == shipped
+
+
+def _batch(**columns: list[float]) -> Batch:
+    n = len(next(iter(columns.values())))
+    data = {"step": np.arange(1, n + 1), "line": np.arange(1, n + 1), "nonfinite": np.full(n, "")}
+    return Batch(columns_of({**data, **{k: np.array(v, dtype=np.float64) for k, v in columns.items()}}).frame)
+
+
+@pytest.mark.parametrize(
+    ("detector", "batch"),
+    [
+        # two middle values whose mean overflows: the median is inf, beyond the window's largest
+        (loss_collapse.LossCollapse(loss_collapse.LossCollapseConfig(window=2)), _batch(loss=[1e308, 1e308, 5e307])),
+        (
+            throughput_drop.ThroughputDrop(throughput_drop.ThroughputDropConfig(window=2, min_history=1, sustain=1)),
+            _batch(tflops=[1e308, 1e308, 5e307, 1.0, 1e308, 1e308, 1.0]),
+        ),
+        # signed zeros: which middle zero a heap or a partition picks must not show
+        (
+            loss_collapse.LossCollapse(loss_collapse.LossCollapseConfig(window=3, min_baseline=0.0)),
+            _batch(loss=[-1.0] * 60 + [0.0, -0.0, 0.0, 0.0]),
+        ),
+    ],
+)
+def test_medians_at_the_edges_of_floats_raise_the_alerts_of_all_medians(
+    detector: Detector, batch: Batch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import copy
+
+    shipped = [a.to_json() for a in copy.deepcopy(detector).update(batch)]
+    assert shipped, "the case should alert"
+    for module in (grad_norm_spike, loss_collapse, throughput_drop):
+        monkeypatch.setattr(module, "prev_window_median", _every_median)
+    assert [a.to_json() for a in detector.update(batch)] == shipped
+
+
+def test_a_zero_median_is_positive_zero_both_ways() -> None:
+    from gradwatch.detectors.base import median, moving_median
+
+    values = np.array([0.0, -0.0, -0.0, 0.0, -0.0])
+    assert np.signbit(moving_median(values, 3)).sum() == 0
+    assert not np.signbit(median(values)) and not np.signbit(median(values[:4]))

@@ -153,7 +153,12 @@ def prev_window_range(tail: np.ndarray, values: np.ndarray, window: int) -> tupl
     width = min(window, len(joined))
     lo = np.concatenate([[np.nan], bn.move_min(joined, width, min_count=1)[:-1]])[len(tail) :]
     hi = np.concatenate([[np.nan], bn.move_max(joined, width, min_count=1)[:-1]])[len(tail) :]
+    # the mean of two middle values beyond half the largest float overflows: no bound there
+    lo[lo < -_HALF_LARGEST], hi[hi > _HALF_LARGEST] = -np.inf, np.inf
     return lo, hi
+
+
+_HALF_LARGEST = float(np.finfo(np.float64).max) / 2
 
 
 #: `prev_window_median` computes wanted medians one by one while they are at most one value in this many
@@ -167,7 +172,7 @@ def moving_median(values: np.ndarray, window: int, min_count: int = 1) -> np.nda
     values = np.asarray(values, dtype=np.float64)
     if min_count > len(values):
         return np.full(len(values), np.nan)
-    return bn.move_median(values, min(window, len(values)), min_count=min_count)
+    return bn.move_median(values, min(window, len(values)), min_count=min_count) + 0.0  # (-0.0 is 0.0)
 
 
 def median(values: np.ndarray) -> float:
@@ -175,12 +180,15 @@ def median(values: np.ndarray) -> float:
 
     The same value (the middle one, or the mean of the two middle ones), at a fraction of the
     cost: np.median's generic set-up costs ten times the partition it does on a window of 128.
+    A zero median is 0.0, as in `moving_median` (which middle zero a partition or a heap picks
+    decides the sign of -0.0 otherwise).
     """
     k = len(values) // 2
     if len(values) % 2:
-        return float(np.partition(values, k)[k])
+        return float(np.partition(values, k)[k]) + 0.0
     part = np.partition(values, (k - 1, k))
-    return float((part[k - 1] + part[k]) / 2)
+    with np.errstate(over="ignore"):  # two middle values beyond half the largest float: inf, as bottleneck has it
+        return float((part[k - 1] + part[k]) / 2) + 0.0
 
 
 #: Batches up to this size take plain numpy paths in the window code (same results): a live tail's
