@@ -131,3 +131,37 @@ def test_a_zero_median_is_positive_zero_both_ways() -> None:
     values = np.array([0.0, -0.0, -0.0, 0.0, -0.0])
     assert np.signbit(moving_median(values, 3)).sum() == 0
     assert not np.signbit(median(values)) and not np.signbit(median(values[:4]))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_loss_collapse_alerts_do_not_depend_on_where_batches_are_cut(seed: int) -> None:
+    """A collapsed stretch must not pull the baseline down, within a batch as across batches:
+    each loss's median is that of the healthy losses before it (found by review: `--jobs 2`
+    cut batches elsewhere than `--jobs 1` and raised other alerts)."""
+    import pandas as pd
+
+    batches = _run(np.random.default_rng(seed))
+    whole = Batch(pd.concat([b.records for b in batches], ignore_index=True))
+    cut = _alerts(loss_collapse.LossCollapse, batches)
+    assert any(a["severity"] != "info" for a in cut), "the run should alert"
+    assert _alerts(loss_collapse.LossCollapse, [whole]) == cut
+    one_by_one = [Batch(whole.records.iloc[k : k + 1].reset_index(drop=True)) for k in range(0, 600)]
+    assert _alerts(loss_collapse.LossCollapse, one_by_one) == _alerts(
+        loss_collapse.LossCollapse, [Batch(whole.records.iloc[:600].reset_index(drop=True))]
+    )
+
+
+@pytest.mark.parametrize("cut", [None, 10, 55, 80])
+def test_a_long_collapse_stays_one_incident_however_it_is_batched(cut: int | None) -> None:
+    """Longer than the window, a collapse must not become the baseline: no "away from 0 again"
+    while the loss is still at 0.001."""
+    n = 150
+    loss = np.where(np.arange(n) < 50, 3.0, 0.001)
+    batch = _batch(loss=loss.tolist())  # no grad norm logged: it counts as about 0
+    parts = (
+        [batch]
+        if cut is None
+        else [Batch(batch.records.iloc[a:b].reset_index(drop=True)) for a, b in ((0, cut), (cut, n))]
+    )
+    alerts = _alerts(loss_collapse.LossCollapse, parts)
+    assert [(a["severity"], a["step"]) for a in alerts] == [("critical", 51)]

@@ -22,10 +22,14 @@ from gradwatch.detectors.base import (
     DetectorConfig,
     Incident,
     columns,
+    median,
     prev_window_median,
     prev_window_range,
 )
 from gradwatch.parsers.stream import Batch
+
+#: Runs of low or healthy losses `LossCollapse._after_low` reads vectorised in one batch
+_VECTORISED_RUNS = 32
 
 _HINT = (
     "a loss near 0 with a grad norm near 0 is a data/label fault, not convergence: check the label "
@@ -74,12 +78,14 @@ class LossCollapse(Detector):
             _, highest = prev_window_range(self._loss_tail, loss, cfg.window)
             wanted = (loss <= np.maximum(cfg.fraction * highest, cfg.absolute)) & (highest >= cfg.min_baseline)
         med, tail = prev_window_median(self._loss_tail, loss, cfg.window, wanted)
-        low = (loss <= np.maximum(cfg.fraction * med, cfg.absolute)) & (med >= cfg.min_baseline)
+        low = self._low(loss, med)
+        if low.any():  # from the first low loss on, the window holds healthy losses only
+            self._loss_tail = self._after_low(loss, med, low, int(np.argmax(low)))
+        else:
+            self._loss_tail = tail
         gmed, self._grad_tail = prev_window_median(
             self._grad_tail, np.where(np.isfinite(grad), grad, np.nan), cfg.window, low
         )
-        # the baseline of a collapsed run must not follow it down: keep the last healthy window
-        self._loss_tail = tail if not low.any() else self._healthy_tail(tail, loss, low)
         grad_low = ~np.isfinite(grad) | ~np.isfinite(gmed) | (grad <= cfg.grad_fraction * gmed)
         hits = np.flatnonzero(low & grad_low)
         alerts: list[Alert] = []
@@ -118,6 +124,37 @@ class LossCollapse(Detector):
             )
         return alerts
 
-    def _healthy_tail(self, tail: np.ndarray, loss: np.ndarray, low: np.ndarray) -> np.ndarray:
-        keep = np.concatenate([self._loss_tail, loss[~low]])
-        return keep[-self.config.window :] if len(keep) else tail
+    def _low(self, loss: np.ndarray, med: np.ndarray) -> np.ndarray:
+        cfg = self.config
+        return (loss <= np.maximum(cfg.fraction * med, cfg.absolute)) & (med >= cfg.min_baseline)  # type: ignore[no-any-return]
+
+    def _after_low(self, loss: np.ndarray, med: np.ndarray, low: np.ndarray, first: int) -> np.ndarray:
+        """The baseline of a collapsed run must not follow it down: from the batch's first low
+        loss on, each loss's median is that of the healthy losses before it (`med` and `low` are
+        set there), so that where batches are cut does not matter. A run of low losses leaves the
+        window as it is, a run of healthy ones slides it: each run is one vectorised step, and a
+        batch that keeps switching is read one loss after the other. Returns the window to carry
+        on: the last healthy losses."""
+        window = self.config.window
+        healthy = np.concatenate([self._loss_tail, loss[:first]])[-window:]
+        i, runs = first, 0
+        while i < len(loss) and runs < _VECTORISED_RUNS:
+            runs += 1
+            if low[i]:  # a run of low losses: the window and its median stand still
+                rest, still = loss[i:], median(healthy) if len(healthy) else np.nan
+                stays = self._low(rest, np.full(len(rest), still))
+                end = i + (len(rest) if stays.all() else int(np.argmin(stays)))
+                med[i:end], low[i:end] = still, True
+            else:  # a run of healthy losses: the window slides over them
+                rest_med, _ = prev_window_median(healthy, loss[i:], window)
+                rest_low = self._low(loss[i:], rest_med)
+                end = i + (int(np.argmax(rest_low)) if rest_low.any() else len(rest_low))
+                med[i:], low[i:] = rest_med, rest_low
+                healthy = np.concatenate([healthy, loss[i:end]])[-window:]
+            i = end
+        for k in range(i, len(loss)):  # (one after the other)
+            med[k] = median(healthy) if len(healthy) else np.nan
+            low[k] = self._low(loss[k : k + 1], med[k : k + 1])[0]
+            if not low[k]:
+                healthy = np.concatenate([healthy, loss[k : k + 1]])[-window:]
+        return healthy
