@@ -187,12 +187,12 @@ class _Values:
         pa, _ = arrow()
 
         numbers = rows & ~self.null
-        values = np.full(int(rows.sum()), np.nan)
         if numbers.all():
             return floats(tokens)
         read = floats(tokens.filter(pa.array(numbers)))
         if read is None:
             return None
+        values = np.full(int(rows.sum()), np.nan)
         values[~self.null[rows]] = read
         return values
 

@@ -583,17 +583,21 @@ def _last_time(text: str, dated: list[int], codes: np.ndarray, newlines: np.ndar
     `[rank0]:[titan]`, which no date follows), the lines that `_TS_LINE` takes are found by RE2
     at once in an ASCII block (`codes`, ending lines at `newlines`), instead of by a match per line.
     """
-    for start in reversed(dated[-_LAST_LINES_TRIED:]):
-        ts = _line_time(text, start)[1]
-        if ts is not None:
-            return ts
-    earlier = dated[:-_LAST_LINES_TRIED]
-    if earlier and ascii_only:
+    recent, earlier = dated[-_LAST_LINES_TRIED:], dated[:-_LAST_LINES_TRIED]
+    found = _latest_time(text, recent)
+    if found is not None or not earlier:
+        return found
+    if ascii_only:
         _, pc = arrow()
         index = np.searchsorted(newlines, np.array(earlier, dtype=np.int64))  # their lines
         taken = pc.match_substring_regex(line_array(codes, newlines, index), _TS_LINE_RE2)
         earlier = [earlier[i] for i in np.flatnonzero(taken.to_numpy(zero_copy_only=False)).tolist()]
-    for start in reversed(earlier):
+    return _latest_time(text, earlier)
+
+
+def _latest_time(text: str, starts: list[int]) -> float | None:
+    """The time of the last of the lines at `starts` that has one."""
+    for start in reversed(starts):
         ts = _line_time(text, start)[1]
         if ts is not None:
             return ts
