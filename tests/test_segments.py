@@ -12,6 +12,7 @@ import json
 import math
 import multiprocessing.forkserver
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -25,7 +26,8 @@ import pytest
 from gradwatch import config, segments, workers
 from gradwatch.alerts import Alert
 from gradwatch.events import Event, EventKind
-from gradwatch.parsers.stream import Batch
+from gradwatch.parsers import new_parsers
+from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.pipeline import FileSummary, check_path
 from gradwatch.sources import archive
 from gradwatch.synth import Anomaly, RunSpec, generate, write_sized
@@ -58,22 +60,30 @@ def _skip_rows(batch: Batch) -> list[tuple[int, int, int]]:
     return list(zip(counts.line.tolist(), counts.step.tolist(), counts.skipped.tolist(), strict=True))
 
 
-def _same(path: Path, split: bool | None = True) -> tuple[FileSummary, list[Alert]]:
+def _same(path: Path, split: bool | None = True, rereads: range | None = None) -> tuple[FileSummary, list[Alert]]:
     """Check `path` sequentially and with 2 workers; assert every result is the same (and, unless
-    `split` is None, whether the file was read by workers)."""
+    `split` is None, whether the file was read by workers; unless `rereads` is None, how many
+    segments were read again, their workers' guess of the step they counted on being wrong)."""
     seq_summary, seq_alerts, seq_records, seq_events = _run(path, jobs=1)
     handed: list[int] = []
-    real_batches = segments.SegmentReader.batches
+    readers: list[segments.SegmentReader] = []
+    real_batches, real_exit = segments.SegmentReader.batches, segments.SegmentReader.__exit__
 
     def counted(self: segments.SegmentReader, *args: object) -> Iterator[object]:
         for item in real_batches(self, *args):  # type: ignore[arg-type]
             handed.append(1)
             yield item
 
+    def leaving(self: segments.SegmentReader, *exc: object) -> None:
+        readers.append(self)
+        real_exit(self, *exc)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(segments.SegmentReader, "batches", counted)
+        mp.setattr(segments.SegmentReader, "__exit__", leaving)
         par_summary, par_alerts, par_records, par_events = _run(path, jobs=2)
     assert split is None or (len(handed) > 3) == split, f"{len(handed)} segments"
+    assert rereads is None or sum(r.rereads for r in readers) in rereads, [r.rereads for r in readers]
     pd.testing.assert_frame_equal(par_records, seq_records)
     assert par_events == seq_events
     assert [a.to_json() for a in par_alerts] == [a.to_json() for a in seq_alerts]
@@ -102,7 +112,7 @@ SPECS = [
     RunSpec(fmt="olmo", steps=3000, seed=6, z_loss=True, anomalies=(Anomaly("logit_norm_drift", 1800),)),
     RunSpec(fmt="composer", steps=3000, seed=7, anomalies=(Anomaly("loss_spike", 2000),)),
     RunSpec(fmt="torchtitan", steps=3000, seed=8, anomalies=(Anomaly("throughput_drop", 2000),)),
-    # read in order (the step is counted from the file's start), segment after segment
+    # the step is counted from the file's start: each worker guesses it, this process checks the guess
     RunSpec(fmt="hf-trainer", steps=3000, seed=10, restarts=(1200,), anomalies=(Anomaly("loss_spike", 2000),)),
     RunSpec(fmt="jsonl", steps=3000, seed=11, anomalies=(Anomaly("grad_norm_spike", 2000),)),
 ]
@@ -159,7 +169,73 @@ def test_real_logs_read_in_parallel_equal_sequential() -> None:
 
 
 @pytest.mark.usefixtures("small_segments")
-@pytest.mark.parametrize("fmt", ["megatron-deepspeed", "jsonl"])  # split, and read in order
+@pytest.mark.parametrize("fmt", ["jsonl", "hf-trainer"])
+def test_a_step_counted_from_the_file_start_is_guessed_right_in_a_plain_log(tmp_path: Path, fmt: str) -> None:
+    """JSON lines that carry their step, HF dicts each with its tqdm bar: every worker's guess of
+    the step its segment counts on holds, so no segment is read twice."""
+    path = _write(tmp_path, RunSpec(fmt=fmt, steps=3000, seed=13))
+    _same(path, rereads=range(0, 1))
+
+
+def _without_steps(lines: list[str], first: int, last: int) -> list[str]:
+    """JSON lines with the step key taken out of lines [first, last): each record there counts
+    on from the one before it."""
+    step = re.compile(r'"step": \d+, ')
+    return lines[:first] + [step.sub("", line, count=1) for line in lines[first:last]] + lines[last:]
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_json_lines_without_steps_across_segments_are_read_again_from_the_step_before(tmp_path: Path) -> None:
+    """A stretch of step-less records longer than a warm-up: the workers after its start guess
+    the count wrong, and their segments are read again from the step the one before ended on."""
+    lines = list(generate(RunSpec(fmt="jsonl", steps=3000, seed=14, anomalies=(Anomaly("loss_spike", 2000),))))
+    path = tmp_path / "stepless.jsonl"
+    path.write_text("".join(_without_steps(lines, len(lines) * 2 // 5, len(lines) * 4 // 5)))
+    summary, alerts = _same(path, rereads=range(1, 4))  # at most the guesses in flight: then in turn
+    assert summary.last_step == 3000
+    assert any(a.detector == "loss_spike" for a in alerts)
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_json_lines_that_never_give_their_step_are_counted_as_one_process_counts(tmp_path: Path) -> None:
+    lines = list(generate(RunSpec(fmt="jsonl", steps=3000, seed=15)))
+    path = tmp_path / "stepless.jsonl"
+    path.write_text("".join(_without_steps(lines, 0, len(lines))))
+    summary, _ = _same(path, rereads=range(1, 4))
+    assert summary.last_step == 3000
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_hf_dicts_logged_every_few_steps_are_counted_as_one_process_counts(tmp_path: Path) -> None:
+    """With `logging_steps` 10 the bars count steps, the dicts are counted one by one: a worker's
+    guess from a bar is wrong, and every segment after the first is read again in turn."""
+    path = _write(tmp_path, RunSpec(fmt="hf-trainer", steps=30000, log_interval=10, seed=16))
+    summary, _ = _same(path, rereads=range(1, 4))
+    assert summary.last_step == 3000
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_a_parser_that_cannot_say_what_it_counts_on_is_read_in_order(tmp_path: Path) -> None:
+    """NeMo lines without `global_step` count on from the record before, and the NeMo parser does
+    not say so (`Parser.carried`): one worker reads the segments in turn, its stream going on."""
+    rng = np.random.default_rng(18)
+    lines = []
+    for step in range(1, 6001):
+        shown = "" if step % 1000 > 600 else f" | global_step: {step}"  # long stretches without
+        loss = 8.0 - step / 2000 + rng.normal(0, 0.05) + (4.0 if step == 4200 else 0.0)
+        lines.append(
+            f"Training epoch 0, iteration {step}/6000 | lr: 0.0006 | consumed_samples: {step * 32}"
+            f" | global_batch_size: 32{shown} | reduced_train_loss: {loss:.4f} | train_step_timing in s: 4.1\n"
+        )
+    path = tmp_path / "nemo.log"
+    path.write_text("".join(lines))
+    summary, alerts = _same(path, rereads=range(0, 1))
+    assert summary.format == "nemo" and summary.last_step == 6000
+    assert any(a.detector == "loss_spike" for a in alerts)
+
+
+@pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize("fmt", ["megatron-deepspeed", "jsonl"])
 def test_a_last_line_without_its_newline_is_read(tmp_path: Path, fmt: str) -> None:
     """A log still being written ends in the middle of a line: the last segment's worker reads it
     when it closes the stream, and it is one of that segment's lines (its records, its events)."""
@@ -168,6 +244,18 @@ def test_a_last_line_without_its_newline_is_read(tmp_path: Path, fmt: str) -> No
     path.write_text("".join(generate(spec)).rstrip("\n"))
     summary, _ = _same(path)
     assert summary.last_step == 3000
+
+
+def test_segments_of_a_dense_log_hold_no_more_records_than_a_sparse_log_s() -> None:
+    """The segments read ahead wait in this process for the detectors: their size is cut where
+    the head shows more than `SEGMENT_RECORDS` records to `SEGMENT_BYTES`."""
+    sizes = {}
+    for fmt in ("jsonl", "megatron-deepspeed"):
+        stream = LogStream(new_parsers())
+        stream.feed("".join(generate(RunSpec(fmt=fmt, steps=2000, seed=17))).encode())
+        sizes[fmt] = size = segments.segment_size(stream)
+        assert size * sum(stream.out.counts.values()) / stream.bytes <= segments.SEGMENT_RECORDS
+    assert segments.SEGMENT_BYTES // 4 < sizes["jsonl"] < sizes["megatron-deepspeed"] == segments.SEGMENT_BYTES
 
 
 def test_only_large_plain_files_with_jobs_are_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,11 +10,16 @@ to the segment that holds its first line: a worker finishes a multi-line record 
 its segment's end and drops what begins after it. Detectors and summaries run in the main process
 on the batches in file order, so alerts are those of a sequential read (tests/test_segments.py).
 
-Only parsers marked `segment_safe` are split. A parser that counts from the start of the file
-(Hugging Face Trainer dicts numbered by position, JSON lines without a step) is read in order
-instead: by one worker, segment after segment, its stream going on from one to the next as it
-is (no warm-up), while this process runs the detectors on the segments before. That is still a
-sequential read, only on two cores: parsing beside detecting.
+A parser that counts from the start of the file (Hugging Face Trainer dicts numbered by
+position, JSON lines without a step) says what it carries from line to line (`Parser.carried`:
+the step it counts on). Its worker guesses that from the warm-up (a step a record or a tqdm bar
+shows), and this process keeps the segment only where the guess is what the segment before ended
+with: the reading is then the sequential one. Where it is not, the segment is read again from
+what the segment before ended with, and from then on each segment is read only once the one
+before it is known (`_read`): parsing still goes on beside the detectors.
+
+A plugin's parser that is neither safe nor says what it carries is read in order: by one
+worker, segment after segment, its stream going on from one to the next as it is (no warm-up).
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ from gradwatch.records import RecordBuilder, columns_of, logged_columns
 
 #: One worker task: large enough that the warm-up and the sending of the stream cost little.
 SEGMENT_BYTES = 16 << 20
+#: Records a segment holds at most, as the head's density foretells: this process holds the
+#: segments read ahead until the detectors take them (JSON lines hold 100,000 per 16 MiB)
+SEGMENT_RECORDS = 65536
 #: One task of a file read in order: no warm-up to pay for, so a batch the size of a sequential
 #: read's (the detectors' memory grows with the batch)
 IN_ORDER_BYTES = 4 << 20
@@ -77,6 +85,9 @@ class _Task:
     #: read in order: the stream goes on into the next segment as it is (a record still open
     #: stays open), kept by the worker for that segment's task
     in_order: bool = False
+    #: what the stream carries at the segment's start (`LogStream.carried`), where the segment
+    #: before is known; None: guess it from the warm-up
+    carried: tuple[Any, ...] | None = None
 
 
 @dataclass
@@ -88,6 +99,8 @@ class _Segment:
     lines: int  # lines in the segment proper
     size: int  # its bytes
     stream: LogStream | None  # the worker's stream after the last segment (the state after the file)
+    carried_in: tuple[Any, ...]  # what the stream carried at the segment's start (`LogStream.carried`)
+    carried_out: tuple[Any, ...]  # and at its end
 
 
 class SegmentReader:
@@ -96,6 +109,8 @@ class SegmentReader:
     def __init__(self, path: Path, jobs: int) -> None:
         self.path = path
         self.jobs = jobs
+        #: segments read a second time, the guess of what their stream carried in being wrong
+        self.rereads = 0
         self._pool = ProcessPoolExecutor(jobs, mp_context=workers.context(), initializer=_ignore_interrupts)
         self._pool.submit(int)  # start the workers now: they import while the head is read
 
@@ -115,12 +130,12 @@ class SegmentReader:
             yield from self._in_order(stream, head_end)
             return
         template = pickle.dumps(stream)
-        bounds = segment_bounds(self.path, head_end, SEGMENT_BYTES)
+        bounds = segment_bounds(self.path, head_end, segment_size(stream))
         tasks = [
             _Task(str(self.path), template, a, b, k == len(bounds) - 1, WARMUP_BYTES if k else 0)
             for k, (a, b) in enumerate(bounds)
         ]
-        yield from self._read(self._pool, tasks, stream.lines, ahead=2 * self.jobs)
+        yield from self._read(self._pool, tasks, stream.lines, ahead=self.jobs + 1, carried=stream.carried())
 
     def _in_order(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
         """`batches` of a format that may not be split: one worker reads segment after segment,
@@ -133,25 +148,50 @@ class SegmentReader:
         ]
         one = ProcessPoolExecutor(1, mp_context=workers.context(), initializer=_ignore_interrupts)
         try:
-            yield from self._read(one, tasks, stream.lines, ahead=4)
+            yield from self._read(one, tasks, stream.lines, ahead=4, carried=None)
         finally:
             one.shutdown(wait=True, cancel_futures=True)
 
     def _read(
-        self, pool: ProcessPoolExecutor, tasks: list[_Task], lines_before: int, ahead: int
+        self,
+        pool: ProcessPoolExecutor,
+        tasks: list[_Task],
+        lines_before: int,
+        ahead: int,
+        carried: tuple[Any, ...] | None,
     ) -> Iterator[tuple[Batch, LogStream | None, int]]:
-        """The batches of `tasks`, in order, with up to `ahead` of them being read meanwhile."""
-        in_flight: deque[Future[_Segment]] = deque()
+        """The batches of `tasks`, in order, with up to `ahead` of them being read meanwhile.
+
+        `carried`: what the stream carries at the first task's start (None: read in order). A
+        segment whose worker guessed otherwise is read again from what the one before ended
+        with; after that, a segment is handed out only once that is known (guesses are not to
+        be trusted in this file), while this process runs the detectors on the one before.
+        """
+        in_flight: deque[tuple[_Task, Future[_Segment]]] = deque()
         pending = iter(tasks)
-        for task in pending:
-            in_flight.append(pool.submit(read_segment, task))
-            if len(in_flight) >= ahead:
-                break
+        guessing = True
+
+        def hand_out(how_many: int, carried: tuple[Any, ...] | None = None) -> None:
+            for planned in pending:
+                task = dataclasses.replace(planned, carried=carried)
+                in_flight.append((task, pool.submit(read_segment, task)))
+                if len(in_flight) >= how_many:
+                    break
+
+        hand_out(ahead)
         while in_flight:
-            segment = self._result(in_flight.popleft())
-            for task in pending:
-                in_flight.append(pool.submit(read_segment, task))
-                break
+            task, future = in_flight.popleft()
+            segment = self._result(future)
+            if carried is not None and segment.carried_in != carried:
+                self.rereads += 1
+                guessing = False
+                segment = self._result(pool.submit(read_segment, dataclasses.replace(task, carried=carried)))
+            if carried is not None:
+                carried = segment.carried_out
+            if guessing:
+                hand_out(len(in_flight) + 1)
+            elif not in_flight:
+                hand_out(1, carried)
             batch, records = _shifted(segment, lines_before - segment.skip)
             lines_before += segment.lines
             if segment.stream is not None:
@@ -163,6 +203,15 @@ class SegmentReader:
             return future.result()
         except BrokenProcessPool:
             raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
+
+
+def segment_size(stream: LogStream) -> int:
+    """Bytes per segment for the rest of a file whose head `stream` read: `SEGMENT_BYTES`, or
+    less where that would hold more than `SEGMENT_RECORDS` records (down to a quarter of it)."""
+    records = sum(stream.out.counts.values())
+    if not records:
+        return SEGMENT_BYTES
+    return max(SEGMENT_BYTES // 4, min(SEGMENT_BYTES, stream.bytes * SEGMENT_RECORDS // records))
 
 
 def segment_bounds(path: Path, start: int, size: int) -> list[tuple[int, int]]:
@@ -202,7 +251,13 @@ def read_segment(task: _Task) -> _Segment:
         raise RuntimeError("a segment read in order reached a worker without the stream before it")
     try:
         with open(task.path, "rb") as fh:
-            stream.feed(_warmup(fh, task.start, task.warmup))
+            warmup = _warmup(fh, task.start, task.warmup)
+            if warmup and task.carried is None:
+                stream.guess(warmup.decode("utf-8", "replace"))
+            stream.feed(warmup)
+            if task.carried is not None:
+                stream.carry(task.carried)
+            carried_in = stream.carried()
             warm_lines = stream.lines
             fh.seek(task.start)
             left = task.end - task.start
@@ -212,6 +267,7 @@ def read_segment(task: _Task) -> _Segment:
                     break  # the file shrank while being read: what was there is checked
                 left -= len(data)
                 stream.feed(data)
+            carried_out = stream.carried()
             if task.last:
                 stream.close()  # a last line without its newline is read here: one of the segment's
             lines = stream.lines - warm_lines
@@ -226,7 +282,17 @@ def read_segment(task: _Task) -> _Segment:
     records = logged_columns(batch.records)
     batch = dataclasses.replace(batch, records=RecordBuilder.empty(), events=[])
     _going_on = stream if task.in_order and not task.last else None
-    return _Segment(batch, records, events, warm_lines, lines, task.end - task.start, stream if task.last else None)
+    return _Segment(
+        batch,
+        records,
+        events,
+        warm_lines,
+        lines,
+        task.end - task.start,
+        stream if task.last else None,
+        carried_in,
+        carried_out,
+    )
 
 
 #: In a worker reading a file in order: its stream at the end of the segment it read last.

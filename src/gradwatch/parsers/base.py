@@ -236,6 +236,22 @@ class Parser(ABC):
     #: parallel, each parser starting a little before its segment (`gradwatch.segments`)
     segment_safe: ClassVar[bool] = False
 
+    def carried(self, out: ParseOutput) -> tuple[object, ...] | None:
+        """For a parser that is not `segment_safe`: what it carries from all the lines before to
+        the lines ahead (a step counted on from the start of the file), or None (the default)
+        where it cannot say. The file is then still read in segments: a worker guesses what
+        this is at its segment (`guess`), and keeps its reading only where the guess is what
+        the segment before ended with; elsewhere the segment is read again from that (`carry`)."""
+        return None
+
+    def carry(self, state: tuple[object, ...], out: ParseOutput) -> None:
+        """Take `state`, what `carried` said at the end of the segment before, as this parser's."""
+        raise NotImplementedError
+
+    def guess(self, text: str, out: ParseOutput) -> None:  # noqa: B027 - optional hook
+        """A worker is about to read `text`, the lines just before its segment: where reading them
+        cannot tell what `carried` says, guess it from them (a tqdm bar's count, for a step)."""
+
     @property
     def collecting(self) -> bool:
         """True while a multi-line record is open and the next lines belong to it."""

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
+from typing import cast
 
 import numpy as np
 
@@ -225,6 +226,25 @@ class HfTrainerParser(Parser):
         if template is not None:
             self._template = template
             self._bulk.changed()
+
+    def carried(self, out: ParseOutput) -> tuple[object, ...] | None:
+        """Once the file is locked to this parser, its count of training dicts and whether the
+        stream's step is that count: all a dict takes from the lines before it but for a tqdm bar
+        or a resume line, which a segment's warm-up reads. (Before, the file is not split.)"""
+        return (self._step, self._desync, out.last_step) if self._bulk.locked else None
+
+    def carry(self, state: tuple[object, ...], out: ParseOutput) -> None:
+        self._step, self._desync, out.last_step = cast(tuple[int, bool, int | None], state)
+
+    def guess(self, text: str, out: ParseOutput) -> None:
+        """The count is that of a sequential read if the dicts before `text` were counted as the
+        bars do: take the count of the first bar after a dict of the template's shape (its
+        step) as what the count was before that dict."""
+        template = self._template
+        first = template.block.search(text) if template is not None and self._bulk.locked else None
+        if first is not None:
+            self._step = out.last_step = int(first.group(1)) - 1
+            self._desync = False
 
     def can_bulk(self) -> bool:
         return self._bulk.locked and self._template is not None and not self._desync

@@ -106,8 +106,26 @@ class LogStream:
 
     @property
     def segment_safe(self) -> bool:
-        """Whether every parser reading on may start in the middle of the file (`Parser.segment_safe`)."""
-        return all(p.segment_safe for p in self._active)
+        """Whether every parser reading on may start in the middle of the file: it needs only the
+        lines shortly before (`Parser.segment_safe`), or it says what else it needs (`carried`)."""
+        return all(p.segment_safe or p.carried(self.out) is not None for p in self._active)
+
+    def carried(self) -> tuple[tuple[object, ...] | None, ...]:
+        """Per parser reading on, what it carries from all the lines before (`Parser.carried`)."""
+        return tuple(None if p.segment_safe else p.carried(self.out) for p in self._active)
+
+    def carry(self, state: tuple[tuple[object, ...] | None, ...]) -> None:
+        """Take `state`, what `carried` said at this point of a sequential read, as this stream's."""
+        for parser, carried in zip(self._active, state, strict=True):
+            if carried is not None:
+                parser.carry(carried, self.out)
+
+    def guess(self, text: str) -> None:
+        """Before reading `text`, a stretch of lines before a segment: let each parser guess what
+        it carries from further back (`Parser.guess`)."""
+        for parser in self._active:
+            if not parser.segment_safe:
+                parser.guess(text, self.out)
 
     def feed(self, data: bytes) -> None:
         self.bytes += len(data)
