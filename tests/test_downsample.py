@@ -51,3 +51,28 @@ def test_nan_inf_and_stepless_points_are_skipped() -> None:
 def test_capacity_must_allow_two_buckets() -> None:
     with pytest.raises(ValueError, match="capacity"):
         MinMaxBuckets(1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_buckets_of_few_per_batch_are_those_of_every_point(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large batch that falls in few buckets is reduced slice by slice (`_few_buckets`): the
+    buckets, with where each minimum and maximum first occurs, are those reducing every point
+    gives. Ties (values rounded to a few levels), resumes, jumps, NaN and huge batches included."""
+    from gradwatch import downsample
+
+    rng = np.random.default_rng(seed)
+    n = 200_000
+    x = np.arange(n, dtype=np.float64) * rng.choice([1, 10])
+    if seed % 2:
+        x[n // 2 :] -= 30_000  # a resume replays steps: keys out of order in that batch
+    x[n // 3 :] += 500_000  # skipped ahead: buckets left empty within a batch
+    y = np.round(rng.normal(1.0, 0.3, n), 1)  # few levels: many ties for the min and the max
+    y[rng.integers(0, n, 50)] = np.nan
+    cuts = sorted(set(rng.integers(1, n, 12).tolist()))
+    capacity = int(rng.choice([16, 128, 1000]))
+    fast = feed(MinMaxBuckets(capacity), x, y, cuts)
+    monkeypatch.setattr(downsample, "_FEW_BUCKETS_FROM", n + 1)
+    slow = feed(MinMaxBuckets(capacity), x, y, cuts)
+    for a, b in zip(fast._columns(), slow._columns(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert fast.width == slow.width and fast.x_range() == slow.x_range()

@@ -94,12 +94,11 @@ class MinMaxBuckets:
             return
         self._x_span = (min(self._x_span[0], float(x.min())), max(self._x_span[1], float(x.max())))
         keys = np.floor(x / self.width).astype(np.int64)
+        new = _few_buckets(keys, x, y)
+        if new is None:
+            new = (keys, x, y, x, y)
         self._key, self._lo_x, self._lo, self._hi_x, self._hi = _reduce(
-            np.concatenate([self._key, keys]),
-            np.concatenate([self._lo_x, x]),
-            np.concatenate([self._lo, y]),
-            np.concatenate([self._hi_x, x]),
-            np.concatenate([self._hi, y]),
+            *(np.concatenate([old, added]) for old, added in zip(self._columns(), new, strict=True))
         )
         while (span := int(self._key[-1] - self._key[0]) + 1) > self.capacity:
             # floor: never past the narrowest width that fits, so the buckets do not depend on batching
@@ -108,6 +107,9 @@ class MinMaxBuckets:
             self._key, self._lo_x, self._lo, self._hi_x, self._hi = _reduce(
                 self._key >> shift, self._lo_x, self._lo, self._hi_x, self._hi
             )
+
+    def _columns(self) -> _Columns:
+        return self._key, self._lo_x, self._lo, self._hi_x, self._hi
 
     def x_range(self) -> tuple[float, float] | None:
         """The smallest and largest x seen (None before the first point)."""
@@ -132,6 +134,23 @@ _QUEUE_ADDS = 256
 _QUEUE_POINTS = 4096
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _few_buckets(keys: np.ndarray, x: np.ndarray, y: np.ndarray) -> _Columns | None:
+    """The points as `_reduce` would make them buckets, where they fall in few buckets in key
+    order (a batch of a long run: the 128 buckets of a million steps are 8,192 steps wide): the
+    minimum and maximum of each bucket's slice, with where each first occurs. None otherwise."""
+    if len(keys) < _FEW_BUCKETS_FROM or int(keys[-1]) - int(keys[0]) >= len(keys) // 64 or (np.diff(keys) < 0).any():
+        return None
+    bounds = np.searchsorted(keys, np.arange(int(keys[0]), int(keys[-1]) + 2)).tolist()
+    rows = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    at_lo = [a + int(y[a:b].argmin()) for a, b in rows]
+    at_hi = [a + int(y[a:b].argmax()) for a, b in rows]
+    return keys[[a for a, _ in rows]], x[at_lo], y[at_lo], x[at_hi], y[at_hi]
+
+
+#: Points from which `_few_buckets` is worth its Python loop.
+_FEW_BUCKETS_FROM = 1024
 
 
 def _reduce(key: np.ndarray, lo_x: np.ndarray, lo: np.ndarray, hi_x: np.ndarray, hi: np.ndarray) -> _Columns:
