@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradwatch.detectors import grad_norm_spike, loss_collapse, throughput_drop
+from gradwatch.detectors import grad_norm_spike, loss_collapse, stall, throughput_drop
 from gradwatch.detectors.base import Detector, prev_window_median, prev_window_range
 from gradwatch.parsers.stream import Batch
 from gradwatch.records import columns_of
@@ -165,3 +165,49 @@ def test_a_long_collapse_stays_one_incident_however_it_is_batched(cut: int | Non
     )
     alerts = _alerts(loss_collapse.LossCollapse, parts)
     assert [(a["severity"], a["step"]) for a in alerts] == [("critical", 51)]
+
+
+def _stall_run(rng: np.random.Generator) -> list[Batch]:
+    """Records 1-10 steps apart whose pace wanders: timed gaps from a heavy tail with hangs of up
+    to a day, step times where the clock is missing, and restarts; cut into random batches."""
+    n = 3000
+    steps = np.cumsum(rng.choice([1, 1, 1, 10], n))
+    gaps = rng.lognormal(2.0, 1.0, n) * np.where(rng.random(n) < 0.03, rng.uniform(5, 8000, n), 1.0)
+    ts = 1.7e9 + np.cumsum(gaps)
+    ts[rng.random(n) < 0.2] = np.nan
+    step_time = np.where(rng.random(n) < 0.3, rng.lognormal(2.0, 1.0, n), np.nan)
+    data = {
+        "step": steps,
+        "line": np.arange(1, n + 1) * 2,
+        "ts": ts,
+        "step_time_s": step_time,
+        "loss": np.full(n, 2.0),
+        "nonfinite": np.full(n, ""),
+    }
+    cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(0, 40)), replace=False))
+    bounds = [0, *cuts.tolist(), n]
+    return [
+        Batch(columns_of({k: v[a:b] for k, v in data.items()}).frame) for a, b in zip(bounds, bounds[1:], strict=False)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_stall_medians_where_in_doubt_raise_the_alerts_of_all_medians(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(seed)
+    batches = _stall_run(rng)
+    config = stall.StallConfig(
+        factor=[10.0, 3.0, 1.5, 0.0, -2.0][seed % 5],  # (a negative factor: the window's largest bounds)
+        floor_s=[600.0, 60.0, 0.0][seed % 3],
+        history=[50, 7, 1][seed % 4 % 3],
+    )
+
+    def alerts() -> list[dict]:
+        detector = stall.Stall(config)
+        return [a.to_json() for b in batches for a in detector.update(b)]
+
+    shipped = alerts()
+    assert shipped or config.factor <= 0 or config.floor_s >= 600, "the run should alert"
+    monkeypatch.setattr(stall.Stall, "_least_limit", lambda self, joined, ends: np.full(len(ends), -np.inf))
+    assert alerts() == shipped

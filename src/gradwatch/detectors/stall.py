@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+import bottleneck as bn
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
@@ -138,12 +139,16 @@ class Stall(Detector):
         joined = np.concatenate([tail, values])
         before = len(tail) + np.cumsum(np.isfinite(pace)) - np.isfinite(pace)  # pace values before each row
         known = np.minimum(before, cfg.history) >= cfg.min_gaps
-        medians = self._medians_through(joined, np.maximum(before - 1, 0))
-        limit = np.where(known, np.maximum(cfg.factor * medians, cfg.floor_s), np.inf)
+        ends = np.maximum(before - 1, 0)
         # the time each record took: by the log's clock where it has one, else by the trainer's own
         # step time (Megatron's interval mean, without timestamps, includes the hang)
         by_clock = np.isfinite(gap)
         took = np.where(by_clock, gap, np.where(forward, step_time * covered, np.nan))
+        # a median only where the window's bounds leave the record's judgement in doubt
+        needed = known & (took > np.maximum(self._least_limit(joined, ends), cfg.floor_s))
+        medians = np.full(len(ends), np.nan)
+        medians[needed] = self._medians_through(joined, ends[needed])
+        limit = np.where(known, np.maximum(cfg.factor * medians, cfg.floor_s), np.inf)
         alerts = []
         for i in np.flatnonzero(took > limit).tolist():
             s0, l0 = (last_s[idx[i]], last_l[idx[i]]) if by_clock[i] else (prev_step[i], prev_line[i])
@@ -160,6 +165,14 @@ class Stall(Detector):
         self._last_step = (int(steps[-1]), int(lines[-1]))
         self._ended = False
         return alerts
+
+    def _least_limit(self, joined: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """For each index in `ends`: the least `factor` x the median of the window
+        `_medians_through` takes can be (its smallest value's, or largest's for a negative factor)."""
+        padded = np.concatenate([joined, [np.nan]])  # an index past the end: no value yet
+        width = min(self.config.history, len(padded))
+        bound = bn.move_min if self.config.factor >= 0 else bn.move_max
+        return self.config.factor * bound(padded, width, min_count=1)[ends]
 
     def _medians_through(self, joined: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """For each index in `ends`: the median of the last `history` values of `joined` up to it (NaN: none)."""
