@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+
+from gradwatch.records import Columns, RecordBuilder
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO.parent / "shared" / "samples" / "real"
@@ -47,3 +50,15 @@ def check_json(*args: str) -> dict[str, Any]:
     p = run_cli("check", "--output", "json", *args)
     assert "Traceback" not in p.stderr, p.stderr
     return json.loads(p.stdout)
+
+
+def metric_columns(metrics: dict[str, np.ndarray]) -> Columns:
+    """A batch's columns holding these metrics (steps 0, 1, ...; the rest of the schema not logged)."""
+    n = len(next(iter(metrics.values())))
+    builder = RecordBuilder()
+    builder.add_columns(
+        np.arange(n), np.arange(1, n + 1), np.full(n, np.nan), metrics, np.full(n, "", dtype=object), "x"
+    )
+    builder.take()
+    assert builder.taken is not None
+    return builder.taken

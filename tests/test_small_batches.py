@@ -16,8 +16,9 @@ from gradwatch.detectors.stall import Stall
 from gradwatch.detectors.steps import StepGaps
 from gradwatch.downsample import MinMaxBuckets
 from gradwatch.parsers.stream import Batch
-from gradwatch.records import COLUMNS, Columns, RecordBuilder
+from gradwatch.records import COLUMNS, RecordBuilder
 from gradwatch.spike_score import SpikeScore
+from tests.conftest import metric_columns
 
 
 def _cuts(rng: np.random.Generator, n: int, most: int = 9) -> list[tuple[int, int]]:
@@ -91,9 +92,9 @@ def test_spike_score_is_the_same_in_small_batches() -> None:
     grad = np.abs(rng.normal(1.0, 0.1, n))
     bulk, small = SpikeScore(), SpikeScore()
     for lo in range(0, n, 50):
-        bulk.update(_columns({"loss": loss[lo : lo + 50], "grad_norm": grad[lo : lo + 50]}))
+        bulk.update(metric_columns({"loss": loss[lo : lo + 50], "grad_norm": grad[lo : lo + 50]}))
     for lo, hi in _cuts(rng, n, most=3):
-        small.update(_columns({"loss": loss[lo:hi], "grad_norm": grad[lo:hi]}))
+        small.update(metric_columns({"loss": loss[lo:hi], "grad_norm": grad[lo:hi]}))
     assert small.spikes == bulk.spikes and small.counted == bulk.counted
     assert small.spikes["loss"] >= 2
 
@@ -138,15 +139,3 @@ def test_taken_columns_are_the_frames(drop: frozenset[str]) -> None:
     batch = ColumnBatch.of(Batch(frame), taken)
     assert batch.columns is taken
     assert ColumnBatch.of(Batch(frame.copy()), taken).columns is not taken  # another frame: its own columns
-
-
-def _columns(metrics: dict[str, np.ndarray]) -> Columns:
-    """A batch's columns holding these metrics (the rest of the schema not logged)."""
-    n = len(next(iter(metrics.values())))
-    builder = RecordBuilder()
-    builder.add_columns(
-        np.arange(n), np.arange(1, n + 1), np.full(n, np.nan), metrics, np.full(n, "", dtype=object), "x"
-    )
-    builder.take()
-    assert builder.taken is not None
-    return builder.taken

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gradwatch.records import Columns, RecordBuilder
 from gradwatch.spike_score import SpikeScore, window_stats
+from tests.conftest import metric_columns
 
 
 def _rough(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -99,13 +99,13 @@ def test_spike_score_in_batches_computes_the_stats_of_the_whole_run(monkeypatch:
 
     monkeypatch.setattr(spike_score, "window_stats", recorded)
     whole = SpikeScore()
-    whole.update(_columns({"loss": loss, "grad_norm": loss}))
+    whole.update(metric_columns({"loss": loss, "grad_norm": loss}))
     expected = stats[0]
     cuts = sorted(set(rng.integers(1, len(loss), 300).tolist()))
     stats.clear()
     pieces = SpikeScore()
     for lo, hi in zip([0, *cuts], [*cuts, len(loss)], strict=True):
-        pieces.update(_columns({"loss": loss[lo:hi], "grad_norm": np.full(hi - lo, np.nan)}))
+        pieces.update(metric_columns({"loss": loss[lo:hi], "grad_norm": np.full(hi - lo, np.nan)}))
     np.testing.assert_array_equal(np.concatenate([mean for mean, _ in stats]), expected[0])
     np.testing.assert_array_equal(np.concatenate([std for _, std in stats]), expected[1])
     assert pieces.spikes["loss"] == whole.spikes["loss"] > 0 and pieces.counted["loss"] == whole.counted["loss"]
@@ -125,7 +125,7 @@ def test_a_huge_value_leaves_no_trace_once_out_of_the_window(huge: float) -> Non
     np.testing.assert_array_equal(std[1501:], plain_std[1501:])
     np.testing.assert_array_equal(mean[:501], plain_mean[:501])
     score = SpikeScore()
-    score.update(_columns({"loss": spiked, "grad_norm": np.abs(noise) + 1}))
+    score.update(metric_columns({"loss": spiked, "grad_norm": np.abs(noise) + 1}))
     assert score.spikes["loss"] == 1
 
 
@@ -135,7 +135,7 @@ def test_spike_score_counts_the_values_beyond_seven_sigma() -> None:
     loss[[1200, 3300, 4100]] = [3.5, 2.5, 3.2]  # 50, 50 and 20 sigma
     loss[2000] = 3.05  # 5 sigma: not a spike
     score = SpikeScore()
-    score.update(_columns({"loss": loss, "grad_norm": np.full(5000, np.nan)}))
+    score.update(metric_columns({"loss": loss, "grad_norm": np.full(5000, np.nan)}))
     assert score.spikes == {"loss": 3, "grad_norm": 0}
     assert score.counted == {"loss": 5000 - 100, "grad_norm": 0}  # judged from the 100th value before on
     assert score.percent() == {"loss": pytest.approx(300 / 4900), "grad_norm": None}
@@ -147,20 +147,9 @@ def test_a_score_pickled_before_blocks_were_counted_reads_on() -> None:
     rng = np.random.default_rng(9)
     loss = _rough(rng, 3000)
     old = SpikeScore()
-    old.update(_columns({"loss": loss[:1500], "grad_norm": loss[:1500]}))
+    old.update(metric_columns({"loss": loss[:1500], "grad_norm": loss[:1500]}))
     del old.__dict__["_seen"], old.__dict__["_origin"]
     restored = pickle.loads(pickle.dumps(old))
-    restored.update(_columns({"loss": loss[1500:], "grad_norm": loss[1500:]}))
+    restored.update(metric_columns({"loss": loss[1500:], "grad_norm": loss[1500:]}))
     assert restored.counted["loss"] == 3000 - 100
     assert SpikeScore._seen == {} and SpikeScore._origin == {}  # the class defaults stay empty
-
-
-def _columns(metrics: dict[str, np.ndarray]) -> Columns:
-    n = len(next(iter(metrics.values())))
-    builder = RecordBuilder()
-    builder.add_columns(
-        np.arange(n), np.arange(1, n + 1), np.full(n, np.nan), metrics, np.full(n, "", dtype=object), "x"
-    )
-    builder.take()
-    assert builder.taken is not None
-    return builder.taken
