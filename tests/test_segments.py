@@ -191,7 +191,7 @@ def test_json_lines_without_steps_across_segments_are_read_again_from_the_step_b
     lines = list(generate(RunSpec(fmt="jsonl", steps=3000, seed=14, anomalies=(Anomaly("loss_spike", 2000),))))
     path = tmp_path / "stepless.jsonl"
     path.write_text("".join(_without_steps(lines, len(lines) * 2 // 5, len(lines) * 4 // 5)))
-    summary, alerts = _same(path, rereads=range(1, 4))  # at most the guesses in flight: then in turn
+    summary, alerts = _same(path, rereads=range(1, 2))  # then in order
     assert summary.last_step == 3000
     assert any(a.detector == "loss_spike" for a in alerts)
 
@@ -201,7 +201,7 @@ def test_json_lines_that_never_give_their_step_are_counted_as_one_process_counts
     lines = list(generate(RunSpec(fmt="jsonl", steps=3000, seed=15)))
     path = tmp_path / "stepless.jsonl"
     path.write_text("".join(_without_steps(lines, 0, len(lines))))
-    summary, _ = _same(path, rereads=range(1, 4))
+    summary, _ = _same(path, rereads=range(1, 2))
     assert summary.last_step == 3000
 
 
@@ -210,8 +210,137 @@ def test_hf_dicts_logged_every_few_steps_are_counted_as_one_process_counts(tmp_p
     """With `logging_steps` 10 the bars count steps, the dicts are counted one by one: a worker's
     guess from a bar is wrong, and every segment after the first is read again in turn."""
     path = _write(tmp_path, RunSpec(fmt="hf-trainer", steps=30000, log_interval=10, seed=16))
-    summary, _ = _same(path, rereads=range(1, 4))
+    summary, _ = _same(path, rereads=range(1, 2))
     assert summary.last_step == 3000
+
+
+@pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize("bars", [True, False])
+def test_overflows_printed_by_two_ranks_are_one_after_a_wrong_guess(tmp_path: Path, bars: bool) -> None:
+    """HF dicts logged every 10 steps (or with no bars): the guesses are wrong, and the rest of
+    the file is read in order from where the segment before ended, where DeepSpeed's parser
+    knows the overflow a rank copy repeats (a warm-up read from a wrong step did not)."""
+    lines = []
+    for k in range(1, 4001):
+        stamp = f"2024-03-02 08:{(k // 60) % 60:02d}:{k % 60:02d},000"
+        lines += [
+            f"[{stamp}] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank {rank} Skipping step. "
+            "Attempted loss scale: 65536, but hysteresis is 2. Reducing hysteresis to 1\n"
+            for rank in (0, 1)
+        ]
+        lines.append(
+            f"{{'loss': {3 + (k % 7) / 10:.4f}, 'grad_norm': 1.25, 'learning_rate': 5e-05, 'epoch': {k / 5000:.2f}}}\n"
+        )
+        if bars:
+            lines.append(f" {k * 100 // 4000:3d}%|###       | {k * 10}/40000 [01:00<10:00, 1.00s/it]\n")
+    path = tmp_path / "overflows.log"
+    path.write_text("".join(lines))
+    summary, alerts = _same(path, rereads=range(1, 2))
+    assert summary.records == 4000
+    assert any(a.detector == "loss_scale_collapse" for a in alerts)
+
+
+@pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize("fmt", ["jsonl", "megatron-deepspeed"])  # (HF dicts have no time: no pace)
+def test_a_hang_longer_than_a_warm_up_is_timed_by_the_clock_before_it(tmp_path: Path, fmt: str) -> None:
+    """After the last record, hours of dated watchdog lines and no record, across segments: the
+    stall is measured from the last record's time, which no later warm-up holds."""
+    lines = list(generate(RunSpec(fmt=fmt, steps=3000, seed=21)))
+    lines = [line for line in lines if "after training is done" not in line]  # it did not end: it hung
+    path = tmp_path / f"{fmt}.log"
+    path.write_text("".join(lines))
+    last = check_path(path, SETTINGS, jobs=1)[0]  # the clock where the records end
+    watchdog = [
+        f"[{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(1.75e9 + 10 * i))},000] [WARNING] [watchdog.py:88] "
+        f"rank 0 still waiting for allreduce #{i}\n"
+        for i in range(3000)
+    ]
+    path.write_text("".join(lines + watchdog))
+    summary, alerts = _same(path)
+    assert summary.last_step == last.last_step
+    assert any(a.detector == "stall" and a.step == last.last_step for a in alerts)
+
+
+@pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize(
+    ("fmt", "timestamps"), [("jsonl", True), ("jsonl", False), ("megatron-deepspeed", True), ("olmo", True)]
+)
+def test_a_traceback_longer_than_a_warm_up_is_one_error(tmp_path: Path, fmt: str, timestamps: bool) -> None:
+    """The warm-up after its start holds frames only: the traceback open before it is told by
+    the clock, or (JSON lines without times: no clock) by the open record itself. From there the
+    file is read in order; OLMo's records, open at every boundary, are then each read once."""
+    lines = list(generate(RunSpec(fmt=fmt, steps=3000, seed=32, timestamps=timestamps)))
+    frames = [
+        f'  File "/opt/model/layers.py", line {100 + i}, in forward_{i}\n    return self.inner(x)\n'
+        for i in range(1500)
+    ]
+    lines[len(lines) // 2 : len(lines) // 2] = [
+        "Traceback (most recent call last):\n",
+        *frames,
+        "ValueError: shapes do not match\n",
+    ]
+    path = tmp_path / f"{fmt}.log"
+    path.write_text("".join(lines))
+    assert len("".join(frames)) > 4 * (16 << 10)  # (the fixture's warm-up)
+    _same(path, rereads=range(1, 2))
+    batches: list[Batch] = []
+    check_path(path, SETTINGS, on_batch=batches.append, jobs=2)
+    errors = [e for b in batches for e in b.events if e.kind == EventKind.ERROR]
+    assert [e.data.get("message", e.data) for e in errors] and len(errors) == 1, errors
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_a_traceback_open_from_the_head_on_is_told_by_its_parser(tmp_path: Path) -> None:
+    """A traceback begun right after the head: the next warm-up holds only its frames, and the
+    step and the clock there are the head's, as in a sequential read. Only the open traceback
+    differs (`LogStream.carried`): the file is read in order from there."""
+    lines = list(generate(RunSpec(fmt="jsonl", steps=3000, seed=33, timestamps=False)))
+    head = 0  # the lines the main process reads itself: those whole in its first chunk
+    while len("".join(lines[: head + 1])) <= archive.CHUNK_BYTES:
+        head += 1
+    frames = [
+        f'  File "/opt/model/layers.py", line {i}, in forward_{i}\n    return self.inner(x)\n' for i in range(3000)
+    ]
+    filler = "-" * 300 + "\n"  # a plain line across the chunk's end: the traceback begins after the head
+    lines[head:head] = [filler, "Traceback (most recent call last):\n", *frames, "ValueError: shapes do not match\n"]
+    path = tmp_path / "early-traceback.jsonl"
+    path.write_text("".join(lines))
+    _same(path, rereads=range(1, 2))
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_records_open_where_reading_in_order_begins_are_read_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OLMo records longer than the warm-up: a worker cannot tell the record open at its start,
+    and the file is read in order from the segment before's end, whose worker finished the record
+    open there (the next one must not record it again), then from segment to segment (a record
+    open at a boundary is finished by the next segment)."""
+    monkeypatch.setattr(segments, "WARMUP_BYTES", 300)
+    path = _write(tmp_path, RunSpec(fmt="olmo", steps=3000, seed=34))
+    summary, _ = _same(path, rereads=range(1, 2))
+    assert summary.records == 3000
+
+
+@pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize("fmt", ["olmo", "olmo-core"])
+def test_a_last_record_cut_by_the_last_boundary_is_read(
+    tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last segment begins inside the file's last record, which began in the segment before:
+    its worker reads on to the end of the file, which ends the record (it lost it before)."""
+    path = _write(tmp_path, RunSpec(fmt=fmt, steps=3000, seed=4))
+    text = path.read_bytes()
+    cut = text.index(b"\n", text.rindex(b"[step=")) + 1  # just after the last record's first line
+    real_bounds = segments.segment_bounds
+
+    def cut_in_the_last_record(path: Path, start: int, size: int) -> list[tuple[int, int]]:
+        bounds = [(a, b) for a, b in real_bounds(path, start, size) if b <= cut]
+        return [*bounds[:-1], (bounds[-1][0], cut), (cut, len(text))]
+
+    monkeypatch.setattr(segments, "segment_bounds", cut_in_the_last_record)
+    summary, _ = _same(path)
+    assert summary.records == 3000
 
 
 @pytest.mark.usefixtures("small_segments")

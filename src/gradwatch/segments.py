@@ -2,24 +2,24 @@
 worker processes, merged back in file order for the detectors.
 
 The main process reads the file's first chunk itself, so that the format is known and its
-templates are compiled; each worker starts from a copy of that stream. Before its segment a worker reads a
-stretch of the lines just before it (the warm-up), so that the facts carried from line to line
-(the last step, the copy of a record another rank printed, the last overflow) are what a
-sequential read would have had there; what it finds in the warm-up is dropped. A record belongs
-to the segment that holds its first line: a worker finishes a multi-line record still open at
-its segment's end and drops what begins after it. Detectors and summaries run in the main process
-on the batches in file order, so alerts are those of a sequential read (tests/test_segments.py).
+templates are compiled; each worker starts from a copy of that stream. Before its segment a
+worker reads a stretch of the lines just before it (the warm-up), so that the facts carried
+from line to line (the last step, the copy of a record another rank printed, the last overflow)
+are what a sequential read would have had there; what it finds in the warm-up is dropped. A
+record belongs to the segment that holds its first line: a worker finishes a multi-line record
+still open at its segment's end and drops what begins after it. Detectors and summaries run in
+the main process on the batches in file order, so alerts are those of a sequential read
+(tests/test_segments.py).
 
-A parser that counts from the start of the file (Hugging Face Trainer dicts numbered by
-position, JSON lines without a step) says what it carries from line to line (`Parser.carried`:
-the step it counts on). Its worker guesses that from the warm-up (a step a record or a tqdm bar
-shows), and this process keeps the segment only where the guess is what the segment before ended
-with: the reading is then the sequential one. Where it is not, the segment is read again from
-what the segment before ended with, and from then on each segment is read only once the one
-before it is known (`_read`): parsing still goes on beside the detectors.
-
-A plugin's parser that is neither safe nor says what it carries is read in order: by one
-worker, segment after segment, its stream going on from one to the next as it is (no warm-up).
+What a warm-up cannot tell is checked (`LogStream.carried`): a step counted from the start of
+the file (Hugging Face Trainer dicts numbered by position, JSON lines without a step, which the
+worker guesses from a tqdm bar or a record's step), a multi-line record open since before the
+warm-up (a long traceback), the log's clock (its last time, the latest record's). A segment is
+kept where that is what the segment before ended with. From the first that is not, the file is
+read in order: each segment goes on from the stream the one before ended with (`snapshot`),
+handed out once that is known, while this process runs the detectors on the one before. A
+plugin's parser that is neither `segment_safe` nor says what it carries is read in order from
+the start.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def stream_ready(stream: LogStream) -> bool:
 
     A record may still be open (OLMo's records end only when the next one begins): the first
     segment goes on from the head exactly, without a warm-up, and finishes it. A stream whose
-    format may not be split is read in order (`SegmentReader.batches`).
+    format may not be split is read in order by the workers (`SegmentReader.batches`).
     """
     return stream.format_locked and not stream.has_partial_line
 
@@ -77,19 +77,19 @@ def stream_ready(stream: LogStream) -> bool:
 @dataclass(frozen=True)
 class _Task:
     path: str
-    #: the pickled LogStream after the head; None: go on with the stream this worker read the
-    #: segment before with (a file read in order, by one worker)
-    template: bytes | None
+    #: the pickled LogStream to start from: as it stood after the head, or (`chained`) at the
+    #: end of the segment before
+    template: bytes
     start: int  # the segment: bytes [start, end), both at line starts
     end: int
     last: bool  # the file's last segment: close the stream at its end
     warmup: int
     #: read in order: the stream goes on into the next segment as it is (a record still open
-    #: stays open), kept by the worker for that segment's task
-    in_order: bool = False
-    #: what the stream carries at the segment's start (`LogStream.carried`), where the segment
-    #: before is known; None: guess it from the warm-up
-    carried: tuple[Any, ...] | None = None
+    #: stays open, for the next task to finish), not past the end
+    chained: bool = False
+    #: the task before read on past its end to finish the record open at this one's start:
+    #: drop that record here
+    finished_before: bool = False
 
 
 @dataclass
@@ -103,6 +103,8 @@ class _Segment:
     stream: LogStream | None  # the worker's stream after the last segment (the state after the file)
     carried_in: tuple[Any, ...]  # what the stream carried at the segment's start (`LogStream.carried`)
     carried_out: tuple[Any, ...]  # and at its end
+    #: the stream at the segment's end, pickled (`LogStream.snapshot`), for a task to go on from
+    end_state: bytes | None
 
 
 class SegmentReader:
@@ -111,7 +113,8 @@ class SegmentReader:
     def __init__(self, path: Path, jobs: int) -> None:
         self.path = path
         self.jobs = jobs
-        #: segments read a second time, the guess of what their stream carried in being wrong
+        #: 1 where a worker's guess of what its stream carried in was wrong: the segment and the
+        #: rest of the file were then read in order
         self.rereads = 0
         self._pool = ProcessPoolExecutor(jobs, mp_context=workers.context(), initializer=_ignore_interrupts)
         self._pool.submit(int)  # start the workers now: they import while the head is read
@@ -128,72 +131,51 @@ class SegmentReader:
 
         With the last batch comes the stream as it stands at the end of the file (else None).
         """
-        if not stream.segment_safe:
-            yield from self._in_order(stream, head_end)
-            return
-        template = pickle.dumps(stream)
-        bounds = segment_bounds(self.path, head_end, segment_size(stream))
+        split = stream.segment_safe
+        template = stream.snapshot()
+        bounds = segment_bounds(self.path, head_end, segment_size(stream) if split else IN_ORDER_BYTES)
         tasks = [
-            _Task(str(self.path), template, a, b, k == len(bounds) - 1, WARMUP_BYTES if k else 0)
+            _Task(str(self.path), template, a, b, k == len(bounds) - 1, WARMUP_BYTES if k and split else 0, not split)
             for k, (a, b) in enumerate(bounds)
         ]
-        yield from self._read(self._pool, tasks, stream.lines, ahead=self.jobs + 1, carried=stream.carried())
-
-    def _in_order(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
-        """`batches` of a format that may not be split: one worker reads segment after segment,
-        going on with its stream from one to the next, while this process runs the detectors."""
-        bounds = segment_bounds(self.path, head_end, IN_ORDER_BYTES)
-        template = pickle.dumps(stream)
-        tasks = [
-            _Task(str(self.path), None if k else template, a, b, k == len(bounds) - 1, 0, in_order=True)
-            for k, (a, b) in enumerate(bounds)
-        ]
-        one = ProcessPoolExecutor(1, mp_context=workers.context(), initializer=_ignore_interrupts)
-        try:
-            yield from self._read(one, tasks, stream.lines, ahead=4, carried=None)
-        finally:
-            one.shutdown(wait=True, cancel_futures=True)
+        yield from self._read(tasks, stream.lines, stream.carried() if split else None)
 
     def _read(
-        self,
-        pool: ProcessPoolExecutor,
-        tasks: list[_Task],
-        lines_before: int,
-        ahead: int,
-        carried: tuple[Any, ...] | None,
+        self, tasks: list[_Task], lines_before: int, carried: tuple[Any, ...] | None
     ) -> Iterator[tuple[Batch, LogStream | None, int]]:
-        """The batches of `tasks`, in order, with up to `ahead` of them being read meanwhile.
+        """The batches of `tasks`, in order.
 
-        `carried`: what the stream carries at the first task's start (None: read in order). A
-        segment whose worker guessed otherwise is read again from what the one before ended
-        with; after that, a segment is handed out only once that is known (guesses are not to
-        be trusted in this file), while this process runs the detectors on the one before.
+        `carried`: what the stream carries at the first task's start. The tasks are then read
+        `jobs + 1` ahead, each guessing what its stream carries in, and kept while that is what
+        the segment before carried out. From the first that is not (None: from the start), each
+        task goes on from the stream the one before ended with, handed out once that is known,
+        while this process runs the detectors on the one before.
         """
         in_flight: deque[tuple[_Task, Future[_Segment]]] = deque()
-        pending = iter(tasks)
-        guessing = True
+        pending = deque(tasks)
+        guessing = carried is not None
+        before: tuple[_Task, bytes | None] | None = None  # the last task read, and its end state
 
-        def hand_out(how_many: int, carried: tuple[Any, ...] | None = None) -> None:
-            for planned in pending:
-                task = dataclasses.replace(planned, carried=carried)
-                in_flight.append((task, pool.submit(read_segment, task)))
-                if len(in_flight) >= how_many:
-                    break
+        def hand_out(task: _Task) -> None:
+            in_flight.append((task, self._pool.submit(read_segment, task)))
 
-        hand_out(ahead)
+        while pending and len(in_flight) < (self.jobs + 1 if guessing else 1):
+            hand_out(pending.popleft())
         while in_flight:
             task, future = in_flight.popleft()
             segment = self._result(future)
-            if carried is not None and segment.carried_in != carried:
-                self.rereads += 1
-                guessing = False
-                segment = self._result(pool.submit(read_segment, dataclasses.replace(task, carried=carried)))
-            if carried is not None:
-                carried = segment.carried_out
-            if guessing:
-                hand_out(len(in_flight) + 1)
-            elif not in_flight:
-                hand_out(1, carried)
+            if guessing and segment.carried_in != carried:
+                self.rereads, guessing = 1, False
+                for later, guessed in reversed(in_flight):
+                    guessed.cancel()
+                    pending.appendleft(later)
+                in_flight.clear()
+                assert before is not None  # the first task starts from the head itself
+                task = _going_on(task, *before)
+                segment = self._result(self._pool.submit(read_segment, task))
+            carried, before = segment.carried_out, (task, segment.end_state)
+            if pending:
+                hand_out(pending.popleft() if guessing else _going_on(pending.popleft(), *before))
             batch, records = _shifted(segment, lines_before - segment.skip)
             lines_before += segment.lines
             if segment.stream is not None:
@@ -205,6 +187,12 @@ class SegmentReader:
             return future.result()
         except BrokenProcessPool:
             raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
+
+
+def _going_on(task: _Task, before: _Task, state: bytes | None) -> _Task:
+    """`task` read from `state`, the stream at the end of the task `before` it (no warm-up)."""
+    assert state is not None  # only the last task has none, and nothing comes after it
+    return dataclasses.replace(task, template=state, warmup=0, chained=True, finished_before=not before.chained)
 
 
 def segment_size(stream: LogStream) -> int:
@@ -247,18 +235,13 @@ def read_segment(task: _Task) -> _Segment:
     """Parse one segment in a worker: warm-up, the segment, then the end of an open record."""
     # Line numbers go on from the head's, as if the lines between were empty: parsers that key
     # state by line (Megatron's rank dedupe) see the head's lines as earlier, which they are.
-    global _going_on
-    stream = pickle.loads(task.template) if task.template is not None else _going_on
-    if stream is None:
-        raise RuntimeError("a segment read in order reached a worker without the stream before it")
+    stream = pickle.loads(task.template)
     try:
         with open(task.path, "rb") as fh:
             warmup = _warmup(fh, task.start, task.warmup)
-            if warmup and task.carried is None:
+            if warmup:
                 stream.guess(warmup.decode("utf-8", "replace"))
             stream.feed(warmup)
-            if task.carried is not None:
-                stream.carry(task.carried)
             carried_in = stream.carried()
             warm_lines = stream.lines
             fh.seek(task.start)
@@ -270,20 +253,21 @@ def read_segment(task: _Task) -> _Segment:
                 left -= len(data)
                 stream.feed(data)
             carried_out = stream.carried()
+            end_state = None if task.last else stream.snapshot()
             if task.last:
                 stream.close()  # a last line without its newline is read here: one of the segment's
             lines = stream.lines - warm_lines
-            if not (task.last or task.in_order):
+            if not (task.last or task.chained):
                 _finish_open_record(stream, fh)
     except OSError as e:
         raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
-    # Without a warm-up the segment goes on from the head: a record it finishes began there.
-    first = warm_lines if task.warmup else 0
+    # A segment read from the head or the end of the one before goes on from there: a record it
+    # finishes began there, and is its own unless the task before finished it.
+    first = warm_lines if task.warmup or task.finished_before else 0
     batch = _within(stream.take(), first, warm_lines + lines)
     events = _PackedEvents.of(batch.events)
     records = logged_columns(batch.records)
     batch = dataclasses.replace(batch, records=RecordBuilder.empty(), events=[])
-    _going_on = stream if task.in_order and not task.last else None
     return _Segment(
         batch,
         records,
@@ -294,11 +278,8 @@ def read_segment(task: _Task) -> _Segment:
         stream if task.last else None,
         carried_in,
         carried_out,
+        end_state,
     )
-
-
-#: In a worker reading a file in order: its stream at the end of the segment it read last.
-_going_on: LogStream | None = None
 
 
 def _warmup(fh: BinaryIO, start: int, size: int) -> bytes:
@@ -320,6 +301,7 @@ def _finish_open_record(stream: LogStream, fh: BinaryIO) -> None:
     while stream.collecting and read < OVERRUN_LIMIT:
         data = fh.read(1 << 16)
         if not data:
+            stream.close()  # the file's end ends the record, as it ends a sequential read
             break
         read += len(data)
         stream.feed(data)

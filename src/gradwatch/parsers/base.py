@@ -240,13 +240,9 @@ class Parser(ABC):
         """For a parser that is not `segment_safe`: what it carries from all the lines before to
         the lines ahead (a step counted on from the start of the file), or None (the default)
         where it cannot say. The file is then still read in segments: a worker guesses what
-        this is at its segment (`guess`), and keeps its reading only where the guess is what
-        the segment before ended with; elsewhere the segment is read again from that (`carry`)."""
+        this is at its segment (`guess`), and its reading is kept only where the guess is what
+        the segment before ended with; from a wrong guess on, the file is read in order."""
         return None
-
-    def carry(self, state: tuple[object, ...], out: ParseOutput) -> None:
-        """Take `state`, what `carried` said at the end of the segment before, as this parser's."""
-        raise NotImplementedError
 
     def guess(self, text: str, out: ParseOutput) -> None:  # noqa: B027 - optional hook
         """A worker is about to read `text`, the lines just before its segment: where reading them

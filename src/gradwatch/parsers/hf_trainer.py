@@ -33,7 +33,6 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
-from typing import cast
 
 import numpy as np
 
@@ -232,9 +231,6 @@ class HfTrainerParser(Parser):
         stream's step is that count: all a dict takes from the lines before it but for a tqdm bar
         or a resume line, which a segment's warm-up reads. (Before, the file is not split.)"""
         return (self._step, self._desync, out.last_step) if self._bulk.locked else None
-
-    def carry(self, state: tuple[object, ...], out: ParseOutput) -> None:
-        self._step, self._desync, out.last_step = cast(tuple[int, bool, int | None], state)
 
     def guess(self, text: str, out: ParseOutput) -> None:
         """The count is that of a sequential read if the dicts before `text` were counted as the

@@ -35,7 +35,7 @@ import math
 import re
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -281,9 +281,6 @@ class JsonlParser(Parser):
         """Once the file is locked to this parser, a record without a step counts on from
         `out.last_step`, its only tie to the lines before. (Before, the file is not split.)"""
         return (out.last_step,) if self._bulk.locked else None
-
-    def carry(self, state: tuple[object, ...], out: ParseOutput) -> None:
-        (out.last_step,) = cast(tuple[int | None], state)
 
     def _target(self, key: str) -> str | None:
         """What a key names: `step` or a metric (by the alias table), else None."""

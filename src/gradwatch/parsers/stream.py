@@ -8,7 +8,10 @@ offered to the parsers: first to one that has a multi-line record open, then to 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import heapq
+import pickle
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
@@ -18,7 +21,7 @@ from itertools import accumulate, compress
 import numpy as np
 import pandas as pd
 
-from gradwatch.events import Event, EventKind, SkipCounts
+from gradwatch.events import Event, EventKind, SkipCountBuilder, SkipCounts
 from gradwatch.parsers._arrow import arrow
 from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import clean, timestamp
@@ -110,15 +113,25 @@ class LogStream:
         lines shortly before (`Parser.segment_safe`), or it says what else it needs (`carried`)."""
         return all(p.segment_safe or p.carried(self.out) is not None for p in self._active)
 
-    def carried(self) -> tuple[tuple[object, ...] | None, ...]:
-        """Per parser reading on, what it carries from all the lines before (`Parser.carried`)."""
-        return tuple(None if p.segment_safe else p.carried(self.out) for p in self._active)
+    def carried(self) -> tuple[object, ...]:
+        """What the lines ahead take from all the lines before, not only from those shortly
+        before: per parser reading on, what it says it carries (`Parser.carried`) and whether a
+        multi-line record of its is open; the log's clock (its last time, the latest record's
+        time and whether that is still to come). A segment read after a warm-up is the
+        sequential reading where this is what the sequential reading had (`gradwatch.segments`)."""
+        out = self.out
+        return (
+            tuple(None if p.segment_safe else p.carried(out) for p in self._active),
+            tuple(p.collecting for p in self._collectors),
+            (out.last_ts, out.last_step_ts, out.step_ts_pending),
+        )
 
-    def carry(self, state: tuple[tuple[object, ...] | None, ...]) -> None:
-        """Take `state`, what `carried` said at this point of a sequential read, as this stream's."""
-        for parser, carried in zip(self._active, state, strict=True):
-            if carried is not None:
-                parser.carry(carried, self.out)
+    def snapshot(self) -> bytes:
+        """The stream pickled as it stands, without what it parsed that nobody took yet: for a
+        worker to go on from (`gradwatch.segments`)."""
+        bare = copy.copy(self)
+        bare.out = dataclasses.replace(self.out, records=RecordBuilder(), events=[], skip_counts=SkipCountBuilder())
+        return pickle.dumps(bare)
 
     def guess(self, text: str) -> None:
         """Before reading `text`, a stretch of lines before a segment: let each parser guess what
