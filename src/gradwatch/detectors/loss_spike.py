@@ -26,14 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import (
-    Detector,
-    DetectorConfig,
-    Incident,
-    columns,
-    prev_window_median,
-    prev_window_range,
-)
+from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns, prev_window_median
 from gradwatch.detectors.steps import StepGaps
 from gradwatch.parsers.stream import Batch
 
@@ -97,16 +90,15 @@ class LossSpike(Detector):
         tail = self._tail
         # the window in logs: `window` steps at the row's log interval, at least `warmup` logs
         sizes = np.minimum(cfg.window, np.maximum(cfg.warmup, cfg.window // intervals))
-        rel_floor = cfg.min_rel_delta / intervals
         med = np.empty(len(loss))
         for size in set(sizes.tolist()):  # one size, except while the interval is learnt
             rows = sizes == size
-            in_doubt = rows & _may_rise(loss, *prev_window_range(tail, loss, size), rel_floor)
-            med[rows] = prev_window_median(tail, loss, size, in_doubt)[0][rows]
+            med[rows] = prev_window_median(tail, loss, size)[0][rows]
         joined = np.concatenate([tail, loss])
         self._tail = joined[-cfg.window :]
         n_prev = np.minimum(np.arange(len(tail), len(tail) + len(loss)), cfg.window)
-        delta = loss - med  # NaN where the median was not needed: not a candidate
+        delta = loss - med
+        rel_floor = cfg.min_rel_delta / intervals
         cheap = (n_prev >= 1) & (delta > 0) & (delta >= rel_floor * np.abs(med))
         hits: list[int] = []
         for cand in np.flatnonzero(cheap).tolist():
@@ -163,12 +155,3 @@ class LossSpike(Detector):
                 )
             )
         return alerts
-
-
-def _may_rise(loss: np.ndarray, lo: np.ndarray, hi: np.ndarray, rel_floor: np.ndarray) -> np.ndarray:
-    """Where a loss may be a candidate, `delta > 0` and `delta >= rel_floor * |median|` with
-    delta = loss - median, for some median between the window's smallest and largest values
-    (`lo`, `hi`): only there is the median computed. (A negative floor adds nothing to delta > 0.)"""
-    smallest = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
-    with np.errstate(invalid="ignore"):  # inf bounds (values beyond half the largest float)
-        return (loss > lo) & (loss - lo >= np.maximum(rel_floor, 0.0) * smallest)
