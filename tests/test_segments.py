@@ -30,7 +30,7 @@ from gradwatch.parsers import new_parsers
 from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.pipeline import FileSummary, check_path
 from gradwatch.sources import archive
-from gradwatch.synth import Anomaly, RunSpec, generate, write_sized
+from gradwatch.synth import FORMATS, Anomaly, RunSpec, generate, write_sized
 from tests.conftest import gradwatch_cmd, real_samples, run_cli
 
 SETTINGS = config.load()
@@ -169,12 +169,46 @@ def test_real_logs_read_in_parallel_equal_sequential() -> None:
 
 
 @pytest.mark.usefixtures("small_segments")
-@pytest.mark.parametrize("fmt", ["jsonl", "hf-trainer"])
-def test_a_step_counted_from_the_file_start_is_guessed_right_in_a_plain_log(tmp_path: Path, fmt: str) -> None:
-    """JSON lines that carry their step, HF dicts each with its tqdm bar: every worker's guess of
-    the step its segment counts on holds, so no segment is read twice."""
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_plain_logs_are_read_in_parallel_to_their_end(tmp_path: Path, fmt: str) -> None:
+    """In a log of any format as trainers print it (JSON lines carrying their step, HF dicts each
+    with its tqdm bar), every warm-up tells what its segment needs (`LogStream.carried`): no
+    segment makes the rest of the file be read in order."""
     path = _write(tmp_path, RunSpec(fmt=fmt, steps=3000, seed=13))
     _same(path, rereads=range(0, 1))
+
+
+@pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize("fmt", ["megatron-lm", "composer"])
+def test_events_after_a_stretch_without_records_or_dates_take_the_step_before(tmp_path: Path, fmt: str) -> None:
+    """NCCL chatter longer than a warm-up, without a date (Megatron-LM's older lines have none),
+    with errors in it: a worker there has only the head's step, and the file is read in order."""
+    lines = list(generate(RunSpec(fmt=fmt, steps=1500, seed=1, timestamps=False)))
+    chatter = []
+    for k in range(10):
+        chatter += [f"NCCL INFO some chatter line {k}.{i} " + "x" * 60 + "\n" for i in range(300)]
+        chatter.append(f"RuntimeError: CUDA error: an illegal memory access was encountered ({k})\n")
+    lines[len(lines) // 2 : len(lines) // 2] = chatter
+    path = tmp_path / f"{fmt}.log"
+    path.write_text("".join(lines))
+    _same(path, rereads=range(1, 2))
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_composer_records_counted_from_the_file_start_are_counted_as_one_process_counts(tmp_path: Path) -> None:
+    """`[token=N/M]:` markers without a batch count: each record is one more than the one before."""
+    rng = np.random.default_rng(2)
+    lines = []
+    for k in range(1, 4001):
+        lines += [
+            f"[token={k * 4096}/16384000]:\n",
+            f"\t Train loss/train/total: {8 - k / 1000 + rng.normal(0, 0.05):.4f}\n",
+            f"\t Train l2_norm/grad/global: {1 + rng.random():.4f}\n",
+        ]
+    path = tmp_path / "composer-tokens.log"
+    path.write_text("".join(lines))
+    summary, _ = _same(path, rereads=range(1, 2))
+    assert summary.last_step == 4000
 
 
 def _without_steps(lines: list[str], first: int, last: int) -> list[str]:

@@ -129,6 +129,21 @@ def test_a_huge_value_leaves_no_trace_once_out_of_the_window(huge: float) -> Non
     assert score.spikes["loss"] == 1
 
 
+@pytest.mark.parametrize("first", [1.0, 1e4, 1e6, 1e8])
+def test_an_outlier_first_value_costs_no_digits(first: float) -> None:
+    """The sums are taken about the median of the first 100 values, not about the first value: a
+    first grad norm of 1e6 before values of 1.0 +- 1% cancelled every digit of their spread."""
+    rng = np.random.default_rng(11)
+    values = rng.normal(1.0, 0.01, 3000)
+    values[0], values[1500] = first, 1.2  # one real spike of 20 sigma
+    score = SpikeScore()
+    score.update(metric_columns({"loss": values, "grad_norm": np.full(3000, np.nan)}))
+    mean, std = _exact(values, 1000, 100)
+    judged = np.isfinite(std) & (std > 0)
+    expected = int((np.abs(values - mean)[judged] > 7 * std[judged]).sum())
+    assert (score.spikes["loss"], score.counted["loss"]) == (expected, int(judged.sum())) == (1, 2900)
+
+
 def test_spike_score_counts_the_values_beyond_seven_sigma() -> None:
     rng = np.random.default_rng(8)
     loss = rng.normal(3.0, 0.01, 5000)

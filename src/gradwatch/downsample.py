@@ -72,8 +72,9 @@ class MinMaxBuckets:
         """Add points; a non-finite y (NaN: not logged; inf: cannot be drawn) or a negative x (no step) is skipped."""
         if len(y) == 0:
             return
-        # copies: the caller's arrays may change before the queue is merged
-        self._queued += ((np.array(x, dtype=np.float64), np.array(y, dtype=np.float64)),)
+        # copies: the caller's arrays may change before the queue is merged; a zero is +0.0 (which
+        # of two equal zeros a reduction keeps, and so the sign, would depend on how it was done)
+        self._queued += ((np.array(x, dtype=np.float64), np.asarray(y, dtype=np.float64) + 0.0),)
         self._queued_points += len(y)
         if len(self._queued) >= _QUEUE_ADDS or self._queued_points >= _QUEUE_POINTS:
             self._merge_queued()

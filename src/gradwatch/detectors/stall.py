@@ -172,7 +172,8 @@ class Stall(Detector):
         padded = np.concatenate([joined, [np.nan]])  # an index past the end: no value yet
         width = min(self.config.history, len(padded))
         bound = bn.move_min if self.config.factor >= 0 else bn.move_max
-        return self.config.factor * bound(padded, width, min_count=1)[ends]
+        with np.errstate(over="ignore"):  # a huge factor: inf, still a bound
+            return self.config.factor * bound(padded, width, min_count=1)[ends]
 
     def _medians_through(self, joined: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """For each index in `ends`: the median of the last `history` values of `joined` up to it (NaN: none)."""

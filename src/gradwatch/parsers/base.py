@@ -232,7 +232,8 @@ class Parser(ABC):
     #: makes each a float column of every batch (NaN where not logged), for a plugin's detector
     extra_metrics: ClassVar[tuple[str, ...]] = ()
     #: True when what the parser makes of a line depends only on the lines shortly before it
-    #: (no counting from the start of the file): a large file may then be read in segments, in
+    #: and on the facts the stream checks at every segment (`LogStream.carried`: the latest
+    #: step, the clock, an open record): a large file may then be read in segments, in
     #: parallel, each parser starting a little before its segment (`gradwatch.segments`)
     segment_safe: ClassVar[bool] = False
 

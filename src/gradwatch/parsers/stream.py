@@ -114,16 +114,19 @@ class LogStream:
         return all(p.segment_safe or p.carried(self.out) is not None for p in self._active)
 
     def carried(self) -> tuple[object, ...]:
-        """What the lines ahead take from all the lines before, not only from those shortly
-        before: per parser reading on, what it says it carries (`Parser.carried`) and whether a
-        multi-line record of its is open; the log's clock (its last time, the latest record's
-        time and whether that is still to come). A segment read after a warm-up is the
-        sequential reading where this is what the sequential reading had (`gradwatch.segments`)."""
+        """What the lines ahead may take from further back than a segment's warm-up reaches:
+        per parser reading on, what it says it carries (`Parser.carried`) and whether a
+        multi-line record of its is open; the step of the latest record, which events and
+        parsers' own memories are keyed by (the overflow a rank copy repeats, the iteration
+        another rank printed); the log's clock (its last time, the latest record's time and
+        whether that is still to come). A worker's segment is kept only where this is what
+        the segment before ended with (`gradwatch.segments`): a warm-up without a record
+        (a long stretch of NCCL lines, a crash dump) leaves the state of the head instead."""
         out = self.out
         return (
             tuple(None if p.segment_safe else p.carried(out) for p in self._active),
             tuple(p.collecting for p in self._collectors),
-            (out.last_ts, out.last_step_ts, out.step_ts_pending),
+            (out.last_step, out.last_ts, out.last_step_ts, out.step_ts_pending),
         )
 
     def snapshot(self) -> bytes:
