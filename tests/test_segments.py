@@ -60,10 +60,13 @@ def _skip_rows(batch: Batch) -> list[tuple[int, int, int]]:
     return list(zip(counts.line.tolist(), counts.step.tolist(), counts.skipped.tolist(), strict=True))
 
 
-def _same(path: Path, split: bool | None = True, rereads: range | None = None) -> tuple[FileSummary, list[Alert]]:
+def _same(
+    path: Path, split: bool | None = True, rereads: range | None = None, in_order: range | None = None
+) -> tuple[FileSummary, list[Alert]]:
     """Check `path` sequentially and with 2 workers; assert every result is the same (and, unless
     `split` is None, whether the file was read by workers; unless `rereads` is None, how many
-    segments were read again, their workers' guess of the step they counted on being wrong)."""
+    segments were read again, their workers' guess of what they carried in being wrong; unless
+    `in_order` is None, how many of all segments, in percent, were read in order)."""
     seq_summary, seq_alerts, seq_records, seq_events = _run(path, jobs=1)
     handed: list[int] = []
     readers: list[segments.SegmentReader] = []
@@ -84,6 +87,8 @@ def _same(path: Path, split: bool | None = True, rereads: range | None = None) -
         par_summary, par_alerts, par_records, par_events = _run(path, jobs=2)
     assert split is None or (len(handed) > 3) == split, f"{len(handed)} segments"
     assert rereads is None or sum(r.rereads for r in readers) in rereads, [r.rereads for r in readers]
+    share = 100 * sum(r.in_order for r in readers) // max(1, sum(r.segments for r in readers))
+    assert in_order is None or share in in_order, f"{share}% of the segments read in order"
     pd.testing.assert_frame_equal(par_records, seq_records)
     assert par_events == seq_events
     assert [a.to_json() for a in par_alerts] == [a.to_json() for a in seq_alerts]
@@ -191,7 +196,7 @@ def test_events_after_a_stretch_without_records_or_dates_take_the_step_before(tm
     lines[len(lines) // 2 : len(lines) // 2] = chatter
     path = tmp_path / f"{fmt}.log"
     path.write_text("".join(lines))
-    _same(path, rereads=range(1, 2))
+    _same(path, rereads=range(1, 10))
 
 
 @pytest.mark.usefixtures("small_segments")
@@ -207,7 +212,7 @@ def test_composer_records_counted_from_the_file_start_are_counted_as_one_process
         ]
     path = tmp_path / "composer-tokens.log"
     path.write_text("".join(lines))
-    summary, _ = _same(path, rereads=range(1, 2))
+    summary, _ = _same(path, rereads=range(1, 10))
     assert summary.last_step == 4000
 
 
@@ -221,12 +226,13 @@ def _without_steps(lines: list[str], first: int, last: int) -> list[str]:
 @pytest.mark.usefixtures("small_segments")
 def test_json_lines_without_steps_across_segments_are_read_again_from_the_step_before(tmp_path: Path) -> None:
     """A stretch of step-less records longer than a warm-up: the workers after its start guess
-    the count wrong, and their segments are read again from the step the one before ended on."""
-    lines = list(generate(RunSpec(fmt="jsonl", steps=3000, seed=14, anomalies=(Anomaly("loss_spike", 2000),))))
+    the count wrong, and their segments are read again from the step the one before ended on,
+    in order; after the stretch, guesses hold again and the segments are read in parallel."""
+    lines = list(generate(RunSpec(fmt="jsonl", steps=12000, seed=14, anomalies=(Anomaly("loss_spike", 9000),))))
     path = tmp_path / "stepless.jsonl"
-    path.write_text("".join(_without_steps(lines, len(lines) * 2 // 5, len(lines) * 4 // 5)))
-    summary, alerts = _same(path, rereads=range(1, 2))  # then in order
-    assert summary.last_step == 3000
+    path.write_text("".join(_without_steps(lines, len(lines) * 2 // 5, len(lines) * 3 // 5)))
+    summary, alerts = _same(path, rereads=range(1, 10), in_order=range(1, 40))
+    assert summary.last_step == 12000
     assert any(a.detector == "loss_spike" for a in alerts)
 
 
@@ -235,7 +241,7 @@ def test_json_lines_that_never_give_their_step_are_counted_as_one_process_counts
     lines = list(generate(RunSpec(fmt="jsonl", steps=3000, seed=15)))
     path = tmp_path / "stepless.jsonl"
     path.write_text("".join(_without_steps(lines, 0, len(lines))))
-    summary, _ = _same(path, rereads=range(1, 2))
+    summary, _ = _same(path, rereads=range(1, 10))
     assert summary.last_step == 3000
 
 
@@ -244,7 +250,7 @@ def test_hf_dicts_logged_every_few_steps_are_counted_as_one_process_counts(tmp_p
     """With `logging_steps` 10 the bars count steps, the dicts are counted one by one: a worker's
     guess from a bar is wrong, and every segment after the first is read again in turn."""
     path = _write(tmp_path, RunSpec(fmt="hf-trainer", steps=30000, log_interval=10, seed=16))
-    summary, _ = _same(path, rereads=range(1, 2))
+    summary, _ = _same(path, rereads=range(1, 10))
     assert summary.last_step == 3000
 
 
@@ -269,7 +275,7 @@ def test_overflows_printed_by_two_ranks_are_one_after_a_wrong_guess(tmp_path: Pa
             lines.append(f" {k * 100 // 4000:3d}%|###       | {k * 10}/40000 [01:00<10:00, 1.00s/it]\n")
     path = tmp_path / "overflows.log"
     path.write_text("".join(lines))
-    summary, alerts = _same(path, rereads=range(1, 2))
+    summary, alerts = _same(path, rereads=range(1, 10))
     assert summary.records == 4000
     assert any(a.detector == "loss_scale_collapse" for a in alerts)
 
@@ -316,7 +322,7 @@ def test_a_traceback_longer_than_a_warm_up_is_one_error(tmp_path: Path, fmt: str
     path = tmp_path / f"{fmt}.log"
     path.write_text("".join(lines))
     assert len("".join(frames)) > 4 * (16 << 10)  # (the fixture's warm-up)
-    _same(path, rereads=range(1, 2))
+    _same(path, rereads=range(1, 10))
     batches: list[Batch] = []
     check_path(path, SETTINGS, on_batch=batches.append, jobs=2)
     errors = [e for b in batches for e in b.events if e.kind == EventKind.ERROR]
@@ -339,7 +345,7 @@ def test_a_traceback_open_from_the_head_on_is_told_by_its_parser(tmp_path: Path)
     lines[head:head] = [filler, "Traceback (most recent call last):\n", *frames, "ValueError: shapes do not match\n"]
     path = tmp_path / "early-traceback.jsonl"
     path.write_text("".join(lines))
-    _same(path, rereads=range(1, 2))
+    _same(path, rereads=range(1, 10))
 
 
 @pytest.mark.usefixtures("small_segments")
@@ -352,7 +358,7 @@ def test_records_open_where_reading_in_order_begins_are_read_once(
     open at a boundary is finished by the next segment)."""
     monkeypatch.setattr(segments, "WARMUP_BYTES", 300)
     path = _write(tmp_path, RunSpec(fmt="olmo", steps=3000, seed=34))
-    summary, _ = _same(path, rereads=range(1, 2))
+    summary, _ = _same(path, rereads=range(1, 10))
     assert summary.records == 3000
 
 

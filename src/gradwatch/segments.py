@@ -84,9 +84,11 @@ class _Task:
     end: int
     last: bool  # the file's last segment: close the stream at its end
     warmup: int
-    #: read in order: the stream goes on into the next segment as it is (a record still open
-    #: stays open, for the next task to finish), not past the end
+    #: read in order: the stream at `start` is the template (the end of the task before)
     chained: bool = False
+    #: read on past the end to finish a record open there (the next task begins with a warm-up
+    #: and drops it); else the next task goes on from this one's end and finishes it
+    overrun: bool = True
     #: the task before read on past its end to finish the record open at this one's start:
     #: drop that record here
     finished_before: bool = False
@@ -113,9 +115,11 @@ class SegmentReader:
     def __init__(self, path: Path, jobs: int) -> None:
         self.path = path
         self.jobs = jobs
-        #: 1 where a worker's guess of what its stream carried in was wrong: the segment and the
-        #: rest of the file were then read in order
+        #: how often a worker's guess of what its stream carried in was wrong (the segment was read
+        #: again, in order), how many segments were read in order, of how many
         self.rereads = 0
+        self.in_order = 0
+        self.segments = 0
         self._pool = ProcessPoolExecutor(jobs, mp_context=workers.context(), initializer=_ignore_interrupts)
         self._pool.submit(int)  # start the workers now: they import while the head is read
 
@@ -135,9 +139,19 @@ class SegmentReader:
         template = stream.snapshot()
         bounds = segment_bounds(self.path, head_end, segment_size(stream) if split else IN_ORDER_BYTES)
         tasks = [
-            _Task(str(self.path), template, a, b, k == len(bounds) - 1, WARMUP_BYTES if k and split else 0, not split)
+            _Task(
+                str(self.path),
+                template,
+                a,
+                b,
+                k == len(bounds) - 1,
+                WARMUP_BYTES if k and split else 0,
+                not split,
+                split,
+            )
             for k, (a, b) in enumerate(bounds)
         ]
+        self.segments += len(tasks)
         yield from self._read(tasks, stream.lines, stream.carried() if split else None)
 
     def _read(
@@ -149,11 +163,14 @@ class SegmentReader:
         `jobs + 1` ahead, each guessing what its stream carries in, and kept while that is what
         the segment before carried out. From the first that is not (None: from the start), each
         task goes on from the stream the one before ended with, handed out once that is known,
-        while this process runs the detectors on the one before.
+        while this process runs the detectors on the one before. Guessing is tried again after
+        one such segment, then after 2, 4, 8... (a stretch without records ends; a file without
+        steps wastes a guess now and then, on a worker that would wait otherwise).
         """
         in_flight: deque[tuple[_Task, Future[_Segment]]] = deque()
         pending = deque(tasks)
-        guessing = carried is not None
+        may_guess = guessing = carried is not None
+        retry_after, read_in_order = 1, 0  # segments read in order before guessing again, and since the last guess
         before: tuple[_Task, bytes | None] | None = None  # the last task read, and its end state
 
         def hand_out(task: _Task) -> None:
@@ -165,7 +182,8 @@ class SegmentReader:
             task, future = in_flight.popleft()
             segment = self._result(future)
             if guessing and segment.carried_in != carried:
-                self.rereads, guessing = 1, False
+                self.rereads += 1
+                guessing, retry_after, read_in_order = False, 2 * retry_after, 0
                 for later, guessed in reversed(in_flight):
                     guessed.cancel()
                     pending.appendleft(later)
@@ -173,9 +191,17 @@ class SegmentReader:
                 assert before is not None  # the first task starts from the head itself
                 task = _going_on(task, *before)
                 segment = self._result(self._pool.submit(read_segment, task))
+            self.in_order += task.chained
             carried, before = segment.carried_out, (task, segment.end_state)
-            if pending:
-                hand_out(pending.popleft() if guessing else _going_on(pending.popleft(), *before))
+            if pending and guessing:
+                hand_out(pending.popleft())
+            elif pending:
+                read_in_order += 1
+                retry = may_guess and read_in_order >= retry_after and len(pending) > 1
+                hand_out(_going_on(pending.popleft(), *before, overrun=retry))
+                if retry:
+                    hand_out(pending.popleft())  # a guess again, kept where it holds
+                    guessing = True
             batch, records = _shifted(segment, lines_before - segment.skip)
             lines_before += segment.lines
             if segment.stream is not None:
@@ -189,10 +215,13 @@ class SegmentReader:
             raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
 
 
-def _going_on(task: _Task, before: _Task, state: bytes | None) -> _Task:
-    """`task` read from `state`, the stream at the end of the task `before` it (no warm-up)."""
+def _going_on(task: _Task, before: _Task, state: bytes | None, overrun: bool = False) -> _Task:
+    """`task` read from `state`, the stream at the end of the task `before` it (no warm-up);
+    `overrun`: a task with a warm-up comes next."""
     assert state is not None  # only the last task has none, and nothing comes after it
-    return dataclasses.replace(task, template=state, warmup=0, chained=True, finished_before=not before.chained)
+    return dataclasses.replace(
+        task, template=state, warmup=0, chained=True, overrun=overrun, finished_before=before.overrun
+    )
 
 
 def segment_size(stream: LogStream) -> int:
@@ -257,7 +286,7 @@ def read_segment(task: _Task) -> _Segment:
             if task.last:
                 stream.close()  # a last line without its newline is read here: one of the segment's
             lines = stream.lines - warm_lines
-            if not (task.last or task.chained):
+            if task.overrun and not task.last:
                 _finish_open_record(stream, fh)
     except OSError as e:
         raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
