@@ -641,3 +641,25 @@ def test_each_kind_of_dated_line_gives_the_last_time_before_lines_without_one(li
     dated = stream_module._dated_lines(newlines, codes)
     expected = stream_module._line_time(text, len("plain text\n"))[1]
     assert stream_module._last_time(text, dated, codes, newlines, True) == expected
+
+
+def test_the_logs_clock_is_its_last_dated_line_torchtitans_included() -> None:
+    """torchtitan's `[rank0]:[titan] <time>` lines are dated lines: a launcher line dated later
+    than the records after it does not stay the log's clock, however the file is cut into
+    blocks (it did where a block held both, and `--jobs 2` cut elsewhere than `--jobs 1`)."""
+    from gradwatch.parsers._text import timestamp
+
+    lines = list(generate(RunSpec(fmt="torchtitan", steps=400, seed=3)))
+    lines.insert(len(lines) - 50, "[2030-01-01 00:00:00,000] [INFO] a launcher line on another clock\n")
+    data = "".join(lines).encode()
+    last_titan = next(line for line in reversed(lines) if "[titan] " in line)
+    expected = timestamp(last_titan[last_titan.index("[titan] ") + len("[titan] ") :])
+    assert expected is not None and expected < timestamp("2030-01-01 00:00:00")
+    for chunks in ([len(data)], [len(data) - 3000, 3000], [4096] * (len(data) // 4096 + 1)):
+        stream = LogStream(new_parsers())
+        pos = 0
+        for size in chunks:
+            stream.feed(data[pos : pos + size])
+            pos += size
+        stream.close()
+        assert stream.out.last_ts == expected, chunks

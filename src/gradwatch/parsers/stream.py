@@ -575,8 +575,13 @@ def _keywords(parsers: list[Parser]) -> Keywords | None:
     return Keywords([s for s in scans if s])
 
 
-# A line that starts with a date and time, after an optional launcher prefix.
-_TS_LINE = re.compile(r"^(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+)?\[?\d{4}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M)
+# A line that starts with a date and time, after an optional launcher prefix (and torchtitan's
+# tag: its lines are a log's latest as much as any other's).
+_TS_LINE = re.compile(
+    r"^(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+)?(?:\[titan\] )?\[?\d{4}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M
+)
+#: torchtitan's logger tag, before the time on its lines
+_TITAN = "[titan] "
 
 
 def _dated_lines(newlines: np.ndarray, codes: np.ndarray) -> list[int]:
@@ -598,7 +603,8 @@ def _line_time(text: str, start: int) -> tuple[bool, float | None]:
     if not _TS_LINE.match(text, start):
         return False, None
     end = text.find("\n", start)
-    return True, timestamp(clean(text[start : end if end >= 0 else None]))
+    line = clean(text[start : end if end >= 0 else None])
+    return True, timestamp(line[len(_TITAN) :] if line.startswith(_TITAN) else line)
 
 
 def _first_time(text: str, dated: list[int], pos: int) -> float | None:
@@ -613,9 +619,9 @@ def _first_time(text: str, dated: list[int], pos: int) -> float | None:
 def _last_time(text: str, dated: list[int], codes: np.ndarray, newlines: np.ndarray, ascii_only: bool) -> float | None:
     """The time of the last line of `text` that begins with a readable date and time.
 
-    Usually one of the last lines. Where none of those is (torchtitan's lines begin with
-    `[rank0]:[titan]`, which no date follows), the lines that `_TS_LINE` takes are found by RE2
-    at once in an ASCII block (`codes`, ending lines at `newlines`), instead of by a match per line.
+    Usually one of the last lines. Where none of those is (a block of undated lines: NCCL
+    chatter, a traceback), the lines that `_TS_LINE` takes are found by RE2 at once in an ASCII
+    block (`codes`, ending lines at `newlines`), instead of by a match per line.
     """
     recent, earlier = dated[-_LAST_LINES_TRIED:], dated[:-_LAST_LINES_TRIED]
     found = _latest_time(text, recent)
@@ -644,6 +650,6 @@ _LAST_LINES_TRIED = 8
 #: A line that `re` takes only by reading on into the next one has no time of its own: not missed.
 _SPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f ]"
 _TS_LINE_RE2 = (
-    rf"^(?:\[(?:default|rank)[0-9]+\]:{_SPACE}?|[0-9]{{1,5}}:{_SPACE}+)?"
+    rf"^(?:\[(?:default|rank)[0-9]+\]:{_SPACE}?|[0-9]{{1,5}}:{_SPACE}+)?(?:\[titan\] )?"
     r"\[?[0-9]{4}-[0-9][0-9]-[0-9][0-9][ T_-][0-9][0-9]:?[0-9][0-9]:?[0-9][0-9]"
 )
