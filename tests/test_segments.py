@@ -384,6 +384,45 @@ def test_a_last_record_cut_by_the_last_boundary_is_read(
 
 
 @pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize(("fmt", "segment"), [("composer", 400), ("composer", 1500), ("olmo", 800), ("olmo-core", 400)])
+def test_records_longer_than_a_segment_are_read_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, segment: int
+) -> None:
+    """Segments smaller than a record, and stretches of chatter that make guesses wrong, then
+    right again: a record that a task finished past its end stays open through the next
+    segments, which must not record it again (`_Task.taken_through`)."""
+    monkeypatch.setattr(segments, "SEGMENT_BYTES", segment)
+    monkeypatch.setattr(segments, "WARMUP_BYTES", 3000)
+    lines = list(generate(RunSpec(fmt=fmt, steps=600, seed=21)))
+    for k in (5, 3, 2):
+        at = len(lines) * (k - 1) // k
+        lines[at:at] = [f"NCCL INFO chatter {k}.{i} " + "z" * 50 + "\n" for i in range(80)]
+    path = tmp_path / f"{fmt}.log"
+    path.write_text("".join(lines))
+    summary, _ = _same(path, rereads=range(1, 200))
+    assert summary.records == 600
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_a_record_spanning_many_segments_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Composer records of 60 metric lines, each longer than a warm-up: every guess inside one
+    is wrong, so segments are read in order, with a guess tried now and then. The task before a
+    guess reads on to finish the record open at its end; when the guess fails, the segments read
+    in order after it must drop that record however many of them it spans."""
+    monkeypatch.setattr(segments, "SEGMENT_BYTES", 400)
+    monkeypatch.setattr(segments, "WARMUP_BYTES", 1000)
+    lines = []
+    for k in range(1, 121):
+        lines.append(f"[batch={k}/120]:\n")
+        lines += [f"\t Train extra/metric_{j}: {j / 7:.5f}\n" for j in range(60)]
+        lines.append(f"\t Train loss/train/total: {8 - k / 10:.4f}\n")
+    path = tmp_path / "long-records.log"
+    path.write_text("".join(lines))
+    summary, _ = _same(path, rereads=range(1, 400))
+    assert summary.records == 120
+
+
+@pytest.mark.usefixtures("small_segments")
 def test_a_parser_that_cannot_say_what_it_counts_on_is_read_in_order(tmp_path: Path) -> None:
     """NeMo lines without `global_step` count on from the record before, and the NeMo parser does
     not say so (`Parser.carried`): one worker reads the segments in turn, its stream going on."""

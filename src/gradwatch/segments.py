@@ -89,9 +89,10 @@ class _Task:
     #: read on past the end to finish a record open there (the next task begins with a warm-up
     #: and drops it); else the next task goes on from this one's end and finishes it
     overrun: bool = True
-    #: the task before read on past its end to finish the record open at this one's start:
-    #: drop that record here
-    finished_before: bool = False
+    #: (chained) records that begin up to this line (the stream's count) were taken by a task
+    #: before, which read on past its end to finish the one open there: drop them here, however
+    #: many segments that record spans
+    taken_through: int = 0
 
 
 @dataclass
@@ -171,7 +172,7 @@ class SegmentReader:
         pending = deque(tasks)
         may_guess = guessing = carried is not None
         retry_after, read_in_order = 1, 0  # segments read in order before guessing again, and since the last guess
-        before: tuple[_Task, bytes | None] | None = None  # the last task read, and its end state
+        before: tuple[_Task, _Segment] | None = None  # the last task read, and what it read
 
         def hand_out(task: _Task) -> None:
             in_flight.append((task, self._pool.submit(read_segment, task)))
@@ -192,9 +193,10 @@ class SegmentReader:
                 task = _going_on(task, *before)
                 segment = self._result(self._pool.submit(read_segment, task))
             self.in_order += task.chained
-            carried, before = segment.carried_out, (task, segment.end_state)
+            carried, before = segment.carried_out, (task, segment)
             if pending and guessing:
-                hand_out(pending.popleft())
+                while pending and len(in_flight) < self.jobs + 1:
+                    hand_out(pending.popleft())
             elif pending:
                 read_in_order += 1
                 retry = may_guess and read_in_order >= retry_after and len(pending) > 1
@@ -215,12 +217,15 @@ class SegmentReader:
             raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
 
 
-def _going_on(task: _Task, before: _Task, state: bytes | None, overrun: bool = False) -> _Task:
-    """`task` read from `state`, the stream at the end of the task `before` it (no warm-up);
-    `overrun`: a task with a warm-up comes next."""
-    assert state is not None  # only the last task has none, and nothing comes after it
+def _going_on(task: _Task, before: _Task, read: _Segment, overrun: bool = False) -> _Task:
+    """`task` read from where the task `before` it ended (`read`: what that read), without a
+    warm-up; `overrun`: a task with a warm-up comes next."""
+    assert read.end_state is not None  # only the last task has none, and nothing comes after it
+    # the stream's line count at this task's start; a record open there that the task before
+    # finished past its end began at or before it
+    taken = read.skip + read.lines if before.overrun else before.taken_through
     return dataclasses.replace(
-        task, template=state, warmup=0, chained=True, overrun=overrun, finished_before=before.overrun
+        task, template=read.end_state, warmup=0, chained=True, overrun=overrun, taken_through=taken
     )
 
 
@@ -291,8 +296,8 @@ def read_segment(task: _Task) -> _Segment:
     except OSError as e:
         raise InputError(f"{task.path}: read failed: {e.strerror or e}") from None
     # A segment read from the head or the end of the one before goes on from there: a record it
-    # finishes began there, and is its own unless the task before finished it.
-    first = warm_lines if task.warmup or task.finished_before else 0
+    # finishes began there, and is its own unless a task before finished it (`taken_through`).
+    first = warm_lines if task.warmup else task.taken_through
     batch = _within(stream.take(), first, warm_lines + lines)
     events = _PackedEvents.of(batch.events)
     records = logged_columns(batch.records)

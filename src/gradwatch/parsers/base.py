@@ -238,11 +238,12 @@ class Parser(ABC):
     segment_safe: ClassVar[bool] = False
 
     def carried(self, out: ParseOutput) -> tuple[object, ...] | None:
-        """For a parser that is not `segment_safe`: what it carries from all the lines before to
-        the lines ahead (a step counted on from the start of the file), or None (the default)
-        where it cannot say. The file is then still read in segments: a worker guesses what
-        this is at its segment (`guess`), and its reading is kept only where the guess is what
-        the segment before ended with; from a wrong guess on, the file is read in order."""
+        """What the parser carries to the lines ahead from further back than the lines shortly
+        before them (a step counted on from the start of the file, a reference record), or None
+        (the default): nothing, or, for a parser that is not `segment_safe`, it cannot say. A
+        file is read in segments where every parser is safe or says this: a worker guesses it
+        (`guess`), and its segment is kept only where that is what the segment before ended
+        with; else the segment is read in order (`gradwatch.segments`)."""
         return None
 
     def guess(self, text: str, out: ParseOutput) -> None:  # noqa: B027 - optional hook

@@ -89,6 +89,11 @@ class ComposerParser(Parser):
     def collecting(self) -> bool:
         return self._open is not None
 
+    def carried(self, out: ParseOutput) -> tuple[object, ...] | None:
+        """The reference record of the step time: it may lie further back than a warm-up, where
+        `time/train` grows by less than its printed precision from record to record."""
+        return (self._clock,)
+
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if self._open is not None:
             if ": " in text and self._metric_line(text):

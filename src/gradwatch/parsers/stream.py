@@ -124,7 +124,7 @@ class LogStream:
         (a long stretch of NCCL lines, a crash dump) leaves the state of the head instead."""
         out = self.out
         return (
-            tuple(None if p.segment_safe else p.carried(out) for p in self._active),
+            tuple(p.carried(out) for p in self._active),
             tuple(p.collecting for p in self._collectors),
             (out.last_step, out.last_ts, out.last_step_ts, out.step_ts_pending),
         )
