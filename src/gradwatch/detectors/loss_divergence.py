@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import bottleneck as bn
 import numpy as np
-import pandas as pd
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import SMALL_BATCH, Detector, DetectorConfig, columns, median, moving_median
 from gradwatch.parsers.stream import Batch
+from gradwatch.spike_score import window_stats
 
 _HINT = (
     "the loss is climbing, not spiking: stop or roll back to a checkpoint before the rise, then lower "
@@ -62,6 +62,11 @@ class LossDivergence(Detector):
     #: the trend median at each value of `_tail` (see `_trend`); a class default, so that a detector
     #: pickled in a scan state before it existed still loads (its medians are then computed again)
     _med_tail = np.empty(0)
+    #: values since the last reset (where the level mean's blocks begin, `window_stats`) and the
+    #: first of them (the origin of its sums); class defaults for detectors pickled before them
+    #: (blocks then begin at the kept tail)
+    _count: int | None = None
+    _origin: float | None = None
 
     def __init__(self, config: LossDivergenceConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
@@ -75,6 +80,8 @@ class LossDivergence(Detector):
         self._last_step: int | None = None
         self._seen = 0
         self._quiet_until = -1  # row index up to which alerts are held back
+        self._count = 0
+        self._origin = None
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = columns(batch)
@@ -99,6 +106,7 @@ class LossDivergence(Detector):
     def _reset(self) -> None:
         self._tail, self._rises, self._run_start, self._high = np.empty(0), 0, np.nan, 0
         self._med_tail = np.empty(0)
+        self._count, self._origin = 0, None
 
     def _segment(self, v: np.ndarray, steps: np.ndarray, lines: np.ndarray) -> list[Alert]:
         cfg = self.config
@@ -117,7 +125,12 @@ class LossDivergence(Detector):
         med_v, ref_v = self._trend(joined, len(tail))
         cond_trend = (med_v >= cfg.rise_ratio * ref_v) & (med_v - ref_v >= cfg.rise_delta)
         # level
-        mean = self._level_mean(joined, len(tail))
+        if self._count is None:
+            self._count = len(tail)
+        if self._origin is None:
+            self._origin = float(joined[0])
+        mean = window_stats(joined, len(tail), self._count - len(tail), cfg.window, self._origin, 1)[0]
+        self._count += n
         high = v >= cfg.level_ratio * mean
         highs = _run_lengths(high, self._high)
         cond_level = highs > cfg.level_logs
@@ -210,15 +223,3 @@ class LossDivergence(Detector):
                     ref[i] = earlier.min()
         self._med_tail = med[-self._keep :]
         return med[start:], ref
-
-    def _level_mean(self, joined: np.ndarray, start: int) -> np.ndarray:
-        """For each of `joined[start:]`: the mean of the `window` logs before it (NaN for the first);
-        in a small batch summed by numpy, in another order than pandas' running sum (the last bits)."""
-        window = self.config.window
-        if len(joined) - start > SMALL_BATCH:
-            return pd.Series(joined).rolling(window, min_periods=1).mean().shift(1).to_numpy()[start:]
-        mean = np.full(len(joined) - start, np.nan)
-        for i, end in enumerate(range(start, len(joined))):
-            if end:
-                mean[i] = joined[max(0, end - window) : end].mean()
-        return mean
