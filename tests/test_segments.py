@@ -423,6 +423,32 @@ def test_a_record_spanning_many_segments_is_read_once(tmp_path: Path, monkeypatc
 
 
 @pytest.mark.usefixtures("small_segments")
+def test_composers_step_time_reference_is_checked_at_each_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head ends inside a record, so every worker starts with it open; a warm-up that begins
+    with the last line of another record (its `time/train`) gives that line to the open record,
+    and the record after has no `time/train`: the worker's step-time reference is not the
+    sequential one at its segment (`ComposerParser.carried`), and the segment is read in order."""
+    lines = []
+    for k in range(1, 401):
+        lines += [f"[batch={k}/400]:\n", f"\t Train loss/train/total: {8 - k / 100:.4f}\n"]
+        lines += ["some chatter\n"] if k == 301 else [f"\t Train time/train: {k / 100:.4f}\n"]
+    offsets = np.cumsum([0, *map(len, lines)])
+    text = "".join(lines)
+    monkeypatch.setattr(archive, "CHUNK_BYTES", int(offsets[3 * 99 + 2]) + 5)  # into record 100's time line
+    boundary = int(offsets[3 * 301])  # record 302 begins the second segment
+    monkeypatch.setattr(segments, "WARMUP_BYTES", boundary - int(offsets[3 * 299 + 2]))  # from record 300's time
+    monkeypatch.setattr(
+        segments, "segment_bounds", lambda path, start, size: [(start, boundary), (boundary, len(text))]
+    )
+    path = tmp_path / "composer.log"
+    path.write_text(text)
+    summary, _ = _same(path, rereads=range(1, 2))
+    assert summary.records == 400
+
+
+@pytest.mark.usefixtures("small_segments")
 def test_a_parser_that_cannot_say_what_it_counts_on_is_read_in_order(tmp_path: Path) -> None:
     """NeMo lines without `global_step` count on from the record before, and the NeMo parser does
     not say so (`Parser.carried`): one worker reads the segments in turn, its stream going on."""
