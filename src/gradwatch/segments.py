@@ -15,11 +15,11 @@ What a warm-up cannot tell is checked (`LogStream.carried`): a step counted from
 the file (Hugging Face Trainer dicts numbered by position, JSON lines without a step, which the
 worker guesses from a tqdm bar or a record's step), a multi-line record open since before the
 warm-up (a long traceback), the log's clock (its last time, the latest record's). A segment is
-kept where that is what the segment before ended with. From the first that is not, the file is
-read in order: each segment goes on from the stream the one before ended with (`snapshot`),
-handed out once that is known, while this process runs the detectors on the one before. A
-plugin's parser that is neither `segment_safe` nor says what it carries is read in order from
-the start.
+kept where that is what the segment before ended with. Where it is not, the segment is read
+again in order, going on from the stream the one before ended with (`snapshot`), and so are the
+next 1, 2, 4... segments before guessing is tried again (`SegmentReader._read`); this process
+runs the detectors on each segment while the next is read. A plugin's parser that is neither
+`segment_safe` nor says what it carries is read in order from the start.
 """
 
 from __future__ import annotations
@@ -145,10 +145,10 @@ class SegmentReader:
                 template,
                 a,
                 b,
-                k == len(bounds) - 1,
-                WARMUP_BYTES if k and split else 0,
-                not split,
-                split,
+                last=k == len(bounds) - 1,
+                warmup=WARMUP_BYTES if k and split else 0,
+                chained=not split,
+                overrun=split,
             )
             for k, (a, b) in enumerate(bounds)
         ]

@@ -140,8 +140,7 @@ class LogStream:
         """Before reading `text`, a stretch of lines before a segment: let each parser guess what
         it carries from further back (`Parser.guess`)."""
         for parser in self._active:
-            if not parser.segment_safe:
-                parser.guess(text, self.out)
+            parser.guess(text, self.out)
 
     def feed(self, data: bytes) -> None:
         self.bytes += len(data)
