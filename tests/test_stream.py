@@ -15,11 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gradwatch.events import EventKind
 from gradwatch.parsers import new_parsers
 from gradwatch.parsers.base import ParseOutput
-from gradwatch.parsers.stream import LOCK_AFTER_RECORDS, LogStream
+from gradwatch.parsers.stream import LOCK_AFTER_RECORDS, LogStream, _decoded
 from gradwatch.synth import FORMATS, Anomaly, RunSpec, generate
 from tests.conftest import EXAMPLES, REAL
 
@@ -663,3 +665,13 @@ def test_the_logs_clock_is_its_last_dated_line_torchtitans_included() -> None:
             pos += size
         stream.close()
         assert stream.out.last_ts == expected, chunks
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text().map(str.encode), st.binary()))
+def test_a_block_has_a_byte_per_character_of_its_text(data: bytes) -> None:
+    """Valid UTF-8 or not, `codes` are the text's characters, `?` for each one not ASCII."""
+    text, codes, ascii_only = _decoded(data)
+    assert text == str(data, "utf-8", errors="replace")
+    assert codes.tobytes() == text.encode("ascii", errors="replace")
+    assert ascii_only == data.isascii()
