@@ -147,19 +147,21 @@ class RecordBuilder:
 
         Rows written by a parser in `drop_sources` are left out (see `LogStream.take`).
         """
+        data = self.take_columns(drop_sources)
+        self.taken = _empty() if data is None else _frame(data)
+        return self.taken.frame
+
+    def take_columns(self, drop_sources: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
+        """`take`'s rows as numpy columns, no frame built (None: no rows)."""
         bulk = bool(self._chunks)  # row-by-row records come in line order; chunks may interleave
         chunks = [*self._chunks, self._rows_chunk()] if self._n else self._chunks
         self._reset()
         kept = [c.without(drop_sources) for c in chunks]
         data = _joined([c for c in kept if c.rows])
-        if data is None:
-            self.taken = _empty()
-        else:
-            if bulk and (np.diff(data["line"]) < 0).any():
-                order = np.argsort(data["line"], kind="stable")
-                data = {name: col[order] for name, col in data.items()}
-            self.taken = _frame(data)
-        return self.taken.frame
+        if data is not None and bulk and (np.diff(data["line"]) < 0).any():
+            order = np.argsort(data["line"], kind="stable")
+            data = {name: col[order] for name, col in data.items()}
+        return data
 
     def _rows_chunk(self) -> _Chunk:
         """The row-by-row records as a chunk; empties the row buffer."""
@@ -221,16 +223,24 @@ def _joined(chunks: list[_Chunk]) -> dict[str, np.ndarray] | None:
     return data
 
 
-def logged_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The columns of a batch's `frame` less the metrics it has no value of: what `columns_of`
-    needs to build the same frame again (a worker's batch travels to the main process so, at
-    half the size or less: a format logs a few of the metrics)."""
-    data: dict[str, np.ndarray] = {}
-    for name in frame.columns:
-        col = frame[name].to_numpy()
-        if name in ("step", "ts", "line", "nonfinite") or not np.isnan(col).all():
-            data[name] = col
-    return data
+def logged_columns(data: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """A batch's columns (`RecordBuilder.take_columns`) as its frame would hold them, less the
+    metrics it has no value of: what `columns_of` needs to build the batch's frame (a worker's
+    batch travels to the main process so, at half the size or less: a format logs a few of the
+    metrics, and no frame is built for it in the worker)."""
+    data = data or {}
+    logged: dict[str, np.ndarray] = {}
+    for name in (*COLUMNS, *EXTRA_METRICS):
+        col = data.get(name)
+        if name in ("step", "line"):
+            logged[name] = np.zeros(0, dtype=np.int64) if col is None else col.astype(np.int64, copy=False)
+        elif name == "nonfinite":
+            logged[name] = np.zeros(0, dtype=object) if col is None else col.astype(object, copy=False)
+        elif name == "ts":
+            logged[name] = np.zeros(0) if col is None else col
+        elif col is not None and not np.isnan(col).all():
+            logged[name] = col
+    return logged
 
 
 def columns_of(data: dict[str, np.ndarray]) -> Columns:

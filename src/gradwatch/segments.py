@@ -42,7 +42,7 @@ from gradwatch.detectors.base import ColumnBatch
 from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, LogStream
-from gradwatch.records import RecordBuilder, columns_of, logged_columns
+from gradwatch.records import columns_of, logged_columns
 
 #: One worker task: large enough that the warm-up and the sending of the stream cost little.
 SEGMENT_BYTES = 16 << 20
@@ -298,10 +298,10 @@ def read_segment(task: _Task) -> _Segment:
     # A segment read from the head or the end of the one before goes on from there: a record it
     # finishes began there, and is its own unless a task before finished it (`taken_through`).
     first = warm_lines if task.warmup else task.taken_through
-    batch = _within(stream.take(), first, warm_lines + lines)
+    taken, data = stream.take_columns()
+    batch, records = _within(taken, data, first, warm_lines + lines)
     events = _PackedEvents.of(batch.events)
-    records = logged_columns(batch.records)
-    batch = dataclasses.replace(batch, records=RecordBuilder.empty(), events=[])
+    batch = dataclasses.replace(batch, events=[])
     return _Segment(
         batch,
         records,
@@ -341,17 +341,19 @@ def _finish_open_record(stream: LogStream, fh: BinaryIO) -> None:
         stream.feed(data)
 
 
-def _within(batch: Batch, after: int, last: int) -> Batch:
-    """The part of `batch` whose lines are in (after, last]: what the segment itself holds."""
-    rec = batch.records
-    line = rec["line"].to_numpy()
-    keep = (line > after) & (line <= last)
-    if not keep.all():
-        rec = rec[keep].reset_index(drop=True)
+def _within(
+    batch: Batch, data: dict[str, np.ndarray] | None, after: int, last: int
+) -> tuple[Batch, dict[str, np.ndarray]]:
+    """The part of `batch` and its records (`data`, columns) whose lines are in (after, last]:
+    what the segment itself holds; the records as `logged_columns`."""
+    if data is not None:
+        keep = (data["line"] > after) & (data["line"] <= last)
+        if not keep.all():
+            data = {name: col[keep] for name, col in data.items()}
     events = [e for e in batch.events if after < e.line <= last]
     skips = batch.skip_counts
     skips = skips.where((skips.line > after) & (skips.line <= last))
-    return dataclasses.replace(batch, records=rec, events=events, skip_counts=skips)
+    return dataclasses.replace(batch, events=events, skip_counts=skips), logged_columns(data)
 
 
 @dataclass

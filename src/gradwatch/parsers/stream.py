@@ -175,14 +175,24 @@ class LogStream:
         Auxiliary records (DeepSpeed progress) are kept only in a file where no main parser found
         a record: in a Megatron-DeepSpeed log they would duplicate Megatron's own records.
         """
+        return self._take(frame=True)[0]
+
+    def take_columns(self) -> tuple[Batch, dict[str, np.ndarray] | None]:
+        """`take` with the records as numpy columns (None: no records) instead of a DataFrame
+        (the batch's frame is empty): what a worker sends, without building a frame for it."""
+        return self._take(frame=False)
+
+    def _take(self, frame: bool) -> tuple[Batch, dict[str, np.ndarray] | None]:
         main_seen = self._main_seen
         out = self.out
         if not (main_seen or self._closed or self.lines >= UNDECIDED_HOLD_LINES):
-            return Batch(RecordBuilder.empty(), path=self.path)
+            return Batch(RecordBuilder.empty(), path=self.path), None
         events, out.events = out.events, []
-        records = out.records.take(self._aux if main_seen else frozenset())
+        drop = self._aux if main_seen else frozenset()
+        data = None if frame else out.records.take_columns(drop)
+        records = out.records.take(drop) if frame else RecordBuilder.empty()
         skips = out.skip_counts.take()
-        return Batch(records, events, out.last_ts, out.last_step_ts, out.last_step, self.path, skips)
+        return Batch(records, events, out.last_ts, out.last_step_ts, out.last_step, self.path, skips), data
 
     def _hold(self, partial: bytes) -> None:
         if len(partial) > MAX_LINE_BYTES:
