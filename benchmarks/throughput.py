@@ -4,13 +4,14 @@
 
 For each format, generates (once, into benchmarks/data/, git-ignored) a realistic log of about
 SIZE MB with src/gradwatch/synth.py: Megatron-DeepSpeed fp16 with its timer and DeepSpeed lines,
-OLMo multi-line records, HF Trainer dict lines, JSON lines. Then, in the same run and on the same
-warm file, times `cat FILE > /dev/null`, `grep -c PATTERN FILE` and `gradwatch check --output json
-FILE` (the full pipeline: parsing, all detectors, the report), each as a child process whose peak
-RSS is read with wait4 (the largest of gradwatch and the worker processes it waited for). Prints
-MB/s, the ratio to grep and peak RSS per format and `--jobs` value, then start-up
-times: `gradwatch --help` and `check` on a one-line file. Figures vary with the machine's load:
-compare ratios, not seconds.
+OLMo multi-line records, HF Trainer dict lines, JSON lines. `FORMAT:N` logs every N steps (e.g.
+`hf-trainer:10`, the Trainer's `logging_steps`, whose tqdm bars then count steps, not dicts).
+Then, in the same run and on the same warm file, times `cat FILE > /dev/null`, `grep -c PATTERN
+FILE` and `gradwatch check --output json FILE` (the full pipeline: parsing, all detectors, the
+report), each as a child process whose peak RSS is read with wait4 (the largest of gradwatch and
+the worker processes it waited for). Prints MB/s, the ratio to grep and peak RSS per format and
+`--jobs` value, then start-up times: `gradwatch --help` and `check` on a one-line file. Figures
+vary with the machine's load: compare ratios, not seconds.
 """
 
 from __future__ import annotations
@@ -57,13 +58,15 @@ def best(argv: list[str], repeat: int) -> tuple[float, float, int]:
     return min(runs, key=lambda r: r[0])
 
 
-def log_for(fmt: str, size_mb: int) -> Path:
+def log_for(name: str, size_mb: int) -> Path:
+    """The log of `name` (`FORMAT` or `FORMAT:N`, logging every N steps), generated once."""
+    fmt, _, every = name.partition(":")
     DATA.mkdir(parents=True, exist_ok=True)
-    path = DATA / f"{fmt}-{size_mb}mb.log"
+    path = DATA / f"{fmt}{'-every' + every if every else ''}-{size_mb}mb.log"
     if not path.exists():
         print(f"generating {path.name} ...", file=sys.stderr, flush=True)
         tmp = path.with_suffix(".tmp")
-        write_sized(tmp, RunSpec(fmt=fmt, seed=1), size_mb << 20)
+        write_sized(tmp, RunSpec(fmt=fmt, seed=1, log_interval=int(every or 1)), size_mb << 20)
         tmp.rename(path)
     return path
 
@@ -86,7 +89,7 @@ def main() -> None:
         path = log_for(fmt, args.size_mb)
         mb = path.stat().st_size / 1e6
         cat, _, _ = best(["sh", "-c", f"cat '{path}' > /dev/null"], args.repeat)
-        grep, _, _ = best(["grep", "-cF", PATTERNS[fmt], str(path)], args.repeat)
+        grep, _, _ = best(["grep", "-cF", PATTERNS[fmt.partition(":")[0]], str(path)], args.repeat)
         for jobs in args.jobs.split(","):
             flag = [] if jobs == "auto" else ["--jobs", jobs]
             check, rss, code = best([*GRADWATCH, "check", "--output", "json", *flag, str(path)], args.repeat)

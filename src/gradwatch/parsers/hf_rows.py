@@ -1,12 +1,10 @@
 """HF Trainer dicts found and read at RE2 speed, for the bulk path.
 
-A training dict is read in bulk only with the tqdm bar on the next line, whose count is its
-step, so a record is two lines. The lines that begin with the template's first key
-(`{'loss': `) are found at numpy speed; each, joined with the next line, is matched from its
-start by RE2 with the template regex's own text (which RE2 reads as `re` does with re.ASCII:
-no lookarounds, `\\d` is [0-9]), its values and the count taken as named groups and converted
-by Arrow's cast in one call. A line that begins so but does not match is handed back
-(`Rows.odd`) to the template regex, so what is read here is what the regex would read.
+The lines that begin with the template's first key (`{'loss': `) are found at numpy speed; each
+is matched whole by RE2 with the template regex's own text (which RE2 reads as `re` does with
+re.ASCII: no lookarounds, `\\d` is [0-9]), its values taken as named groups and converted by
+Arrow's cast in one call. A line that begins so but does not match is handed back (`Rows.odd`)
+to the template regex, so what is read here is what the regex would read.
 """
 
 from __future__ import annotations
@@ -22,12 +20,11 @@ from gradwatch.parsers._tokens import floats, ranges_array
 
 @dataclass(frozen=True)
 class Layout:
-    """What a record of one dict shape looks like to RE2."""
+    """What a dict line of one shape looks like to RE2."""
 
-    #: what the dict line begins with, e.g. b"{'loss': "
+    #: what the line begins with, e.g. b"{'loss': "
     head: bytes
-    #: the dict line, its newline and the next line, from the dict's start: one named group per
-    #: value read (each a number or None), the bar's count the last
+    #: the whole line: one named group per value read (each a number or None)
     pattern: str
 
 
@@ -43,26 +40,22 @@ class Rows:
 
 
 def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
-    """The records of `layout`'s shape in a block (`codes`, a byte per character; `newlines`,
+    """The dict lines of `layout`'s shape in a block (`codes`, a byte per character; `newlines`,
     where its lines end)."""
     pa, pc = arrow()
 
     starts = line_starts(newlines, np.arange(len(newlines)))
     lines = np.flatnonzero(text_at(codes, starts, layout.head))
-    # a record's second line exists and is not another candidate's first (RE2 reads them apart)
-    paired = lines + 1 < np.append(lines[1:], len(newlines))
-    found = pc.extract_regex(ranges_array(codes, starts[lines[paired]], newlines[lines[paired] + 1]), layout.pattern)
+    found = pc.extract_regex(ranges_array(codes, starts[lines], newlines[lines]), layout.pattern)
     matched = found.is_valid()
     groups = found.type.num_fields
     tokens = pa.concat_arrays([found.field(j).filter(matched) for j in range(groups)])
     if (np.frombuffer(tokens.buffers()[2], dtype=np.uint8) == ord("N")).any():  # only None has one
         tokens = pc.replace_substring(tokens, "None", "nan")
     values = floats(tokens)
-    rows = np.flatnonzero(paired)[matched.to_numpy(zero_copy_only=False)]
+    accepted = matched.to_numpy(zero_copy_only=False)
     if values is None:  # not expected (every group matches a number's grammar): the regex reads them
-        values, rows = np.zeros(0), rows[:0]
-    accepted = np.zeros(len(lines), dtype=bool)
-    accepted[rows] = True
+        values, accepted = np.zeros(0), np.zeros(len(lines), dtype=bool)
     return Rows(starts[lines[accepted]], values.reshape(groups, -1).T, starts[lines[~accepted]].tolist())
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import chain
+from itertools import chain, islice
 
 import numpy as np
 
@@ -55,19 +55,19 @@ _KEYS: dict[str, str] = {
     "eval_loss": "val_loss",
 }
 # Bulk path: a value as Python prints a float or int that float() and numpy read alike and that
-# stays finite; the count of the tqdm bar on the next line, which must be the dict's step. RE2
-# reads both as `re` does with re.ASCII (`hf_rows` runs them on whole blocks).
+# stays finite, which RE2 reads as `re` does with re.ASCII (`hf_rows` runs it on whole blocks).
 _NUMBER = r"-?\d{1,17}(?:\.\d+)?(?:e[+-]?\d{1,2})?"
-_BAR_LINE = r" *\d{1,3}%\|[^|\n\r]*\| (?P<count>\d{1,15})/\d"
-_BAR_AFTER = rf"(?=[^\n]*\n{_BAR_LINE})"
+# Segments: the count of the tqdm bar on the line after a dict, from which a worker guesses how
+# many dicts came before (`HfTrainerParser.guess`)
+_BAR_AFTER = r"(?=[^\n]*\n *\d{1,3}%\|[^|\n\r]*\| (\d{1,15})/\d)"
 _PLAIN_KEY = re.compile(r"[\w./-]+\Z", re.ASCII)
 _EVAL = "{'eval_loss': "
 
 
 @dataclass(frozen=True)
 class _Template:
-    """One training dict shape: its keys in order and regexes for it; group 1 of `block` is the
-    bar's count, then one group per entry of `names`."""
+    """One training dict shape: its keys in order and regexes for it; `block` has one group per
+    entry of `names`."""
 
     keys: tuple[str, ...]
     line: re.Pattern[str]
@@ -76,10 +76,13 @@ class _Template:
 
     @cached_property
     def layout(self) -> Layout:
-        """What `block` matches as RE2 reads it (`hf_rows`): the dict line, then the bar line
-        consumed instead of looked ahead at (made when first asked, so that templates pickled
-        before it existed have it too)."""
-        return Layout(f"{{'{self.keys[0]}': ".encode(), rf"^{_body(self.keys)}[ \t\r]*\n{_BAR_LINE}")
+        """What `block` matches as RE2 reads it (`hf_rows`), made when first asked."""
+        return Layout(f"{{'{self.keys[0]}': ".encode(), rf"^{_body(self.keys)}[ \t\r]*$")
+
+    @cached_property
+    def with_bar(self) -> re.Pattern[str]:
+        """`block` for a dict with a tqdm bar on the next line, its count group 1."""
+        return re.compile(rf"^{_BAR_AFTER}{self.block.pattern[1:]}", re.M | re.ASCII)
 
 
 def _body(keys: tuple[str, ...]) -> str:
@@ -103,7 +106,7 @@ def _compile_template(pairs: list[tuple[str, str]], text: str) -> _Template | No
     line = re.compile(body, re.ASCII)
     if "loss" not in keys or not line.fullmatch(text):
         return None
-    block = re.compile(rf"^{_BAR_AFTER}{body}[ \t\r]*$", re.M | re.ASCII)
+    block = re.compile(rf"^{body}[ \t\r]*$", re.M | re.ASCII)
     return _Template(keys, line, block, tuple(_KEYS[k] for k in keys if k in _KEYS))
 
 
@@ -234,13 +237,18 @@ class HfTrainerParser(Parser):
 
     def guess(self, text: str, out: ParseOutput) -> None:
         """The count is that of a sequential read if the dicts before `text` were counted as the
-        bars do: take the count of the first bar after a dict of the template's shape (its
-        step) as what the count was before that dict."""
+        bars count steps: the first two dicts of the template's shape with a bar on the next
+        line tell how many steps a dict stands for (`logging_steps`), and the first bar's count
+        divided by it is that dict's number."""
         template = self._template
-        first = template.block.search(text) if template is not None and self._bulk.locked else None
-        if first is not None:
-            self._step = out.last_step = int(first.group(1)) - 1
-            self._desync = False
+        if template is None or not self._bulk.locked:
+            return
+        counts = [int(m.group(1)) for m in islice(template.with_bar.finditer(text), 2)]
+        if not counts:
+            return
+        every = counts[1] - counts[0] if len(counts) == 2 and counts[1] > counts[0] else 1
+        self._step = out.last_step = (counts[0] // every if counts[0] % every == 0 else counts[0]) - 1
+        self._desync = False
 
     def can_bulk(self) -> bool:
         return self._bulk.locked and self._template is not None and not self._desync
@@ -249,23 +257,18 @@ class HfTrainerParser(Parser):
         return self._bulk.shape if self.can_bulk() else None
 
     def bulk_matches(self, block: Block) -> TableHits:
-        """Dicts of the template's shape whose bar count is the next step, up to the first line
-        that could change the count (the bulk path; see LogStream and the module docstring),
-        found by RE2 (`hf_rows`)."""
-        text = block.text
+        """Dicts of the template's shape alone on their lines, up to the first line that could
+        change the count (the bulk path; see LogStream and the module docstring), found by RE2
+        (`hf_rows`): each is the next step."""
         template = self._bulk_template = self._template
-        first = template.block.search(text) if template is not None and self.can_bulk() else None
-        if template is None or first is None or int(first.group(1)) != self._step + 1:
-            # none here, or bars that do not count the logged dicts (logging_steps > 1): no
-            # search of the whole block; a dict read one by one may set the count right
-            self._bulk.handed(0, retry=first is not None)
+        if template is None or not self.can_bulk():
+            self._bulk.handed(0, retry=False)
             return TableHits.empty(0)
         found = _dicts(template, block)
-        cut = self._cut(block, found)
-        wrong = np.flatnonzero(found.steps[:cut] != self._step + 1 + np.arange(cut))
-        taken = int(wrong[0]) if len(wrong) else cut
+        taken = self._cut(block, found)
         self._bulk.handed(taken, retry=taken < len(found))
-        return TableHits(*(column[:taken] for column in found.fields()))
+        steps = self._step + 1 + np.arange(taken, dtype=np.int64)
+        return TableHits(found.at[:taken], found.line_starts[:taken], steps, found.values[:taken])
 
     def _cut(self, block: Block, found: TableHits) -> int:
         """How many of the dicts `found` come before the first line that must be read one by one
@@ -293,15 +296,14 @@ class HfTrainerParser(Parser):
 
 
 def _dicts(template: _Template, block: Block) -> TableHits:
-    """The block's lines that `template.block` matches, with their groups as numbers (the values
-    those of `template.names`): found by RE2 (`hf_rows`); the regex reads those RE2 does not."""
+    """The block's lines that `template.block` matches, with their groups as numbers (those of
+    `template.names`; no steps): found by RE2 (`hf_rows`); the regex reads those RE2 does not."""
     text = block.text
     rows = find(template.layout, block.codes, block.newlines)
-    counts = rows.values[:, -1].astype(np.int64)  # the layout's last group
-    hits = TableHits(rows.line_starts, rows.line_starts, counts, rows.values[:, :-1])
+    hits = TableHits(rows.line_starts, rows.line_starts, np.zeros(len(rows.line_starts), dtype=np.int64), rows.values)
     odd = [m for start in rows.odd if (m := template.block.match(text, start)) is not None]
     if not odd:
         return hits
     table = number_table(list(chain.from_iterable(m.groups() for m in odd)), len(odd), nan="None")
     at = np.array([m.start() for m in odd], dtype=np.int64)
-    return hits.merged(TableHits(at, at, table[:, 0].astype(np.int64), table[:, 1:]))
+    return hits.merged(TableHits(at, at, np.zeros(len(odd), dtype=np.int64), table))
