@@ -5,6 +5,7 @@ it; the stream's results equal the plain path's, also where dicts stand for many
 
 from __future__ import annotations
 
+import pickle
 import random
 import re
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from gradwatch.parsers.base import Block, number_table
+from gradwatch.parsers.hf_rows import Layout
 from gradwatch.parsers.hf_trainer import _PAIR, _compile_template, _dicts, _Template
 from tests.test_stream import _assert_same, _bulk_records, _parse
 
@@ -102,11 +104,11 @@ def _log(dicts: int, edit: dict[int, str]) -> str:
 
 
 def _assert_reads_as_the_regex(text: str) -> int:
-    """`_dicts` finds the lines that `template.block` matches, with its groups to the bit; returns
+    """`_dicts` finds the lines that `template.dict_lines` matches, with its groups to the bit; returns
     how many."""
     template = _template()
     hits = _dicts(template, _block(text))
-    matches = list(template.block.finditer(text))
+    matches = list(template.dict_lines.finditer(text))
     assert hits.at.tolist() == [m.start() for m in matches]
     if matches:
         groups = [g for m in matches for g in m.groups()]
@@ -144,6 +146,22 @@ def test_dicts_without_a_bar_after_them_and_blocks_without_dicts() -> None:
 
 _NOISE = ["0", "9", "-", ".", "e", "E", "+", " ", "\t", "\r", "\n", ",", "'", ":", "{", "}", "|", "/", "%", "N"]
 _NOISE += ["None", "\u0663", "\u2588", "\0", "x", "'loss'", ", 'epoch': 0.1", _DICT.format(7), _BAR.format(7)]
+
+
+def test_a_template_pickled_by_an_earlier_gradwatch_reads_as_a_new_one() -> None:
+    """A scan state of an earlier version holds templates whose `block` regex also read the bar
+    after a dict (its count group 1) and a `layout` for RE2 made from it: restored with them,
+    a template reads a block as a new one does."""
+    template = _template()
+    old = pickle.loads(pickle.dumps(template))
+    body = template.line.pattern
+    bar = r" *\d{1,3}%\|[^|\n\r]*\| (\d{1,15})/\d"
+    old.__dict__["block"] = re.compile(rf"^(?=[^\n]*\n{bar}){body}[ \t\r]*$", re.M)
+    old.__dict__["layout"] = Layout(b"{'loss': ", rf"^{body}[ \t\r]*\n{bar}")
+    block = _block(_log(40, {20: _edited(DICT_CASES[0], _same, 20)}))
+    new_hits, old_hits = _dicts(template, block), _dicts(old, block)
+    assert len(new_hits) == 40
+    assert [f.tobytes() for f in old_hits.fields()] == [f.tobytes() for f in new_hits.fields()]
 
 
 def test_random_edits_are_read_as_the_regex_reads_them() -> None:

@@ -66,23 +66,32 @@ _EVAL = "{'eval_loss': "
 
 @dataclass(frozen=True)
 class _Template:
-    """One training dict shape: its keys in order and regexes for it; `block` has one group per
-    entry of `names`."""
+    """One training dict shape: its keys in order and regexes for it.
+
+    The regexes for blocks are made when first asked, under names of their own: a scan state
+    pickled by an earlier gradwatch holds its templates with what they were then, which does
+    not shadow them (its `block` regex also read the bar after a dict, as group 1).
+    """
 
     keys: tuple[str, ...]
+    #: a dict of this shape, its values as groups named as in `names`
     line: re.Pattern[str]
-    block: re.Pattern[str]
     names: tuple[str, ...]
 
     @cached_property
-    def layout(self) -> Layout:
-        """What `block` matches as RE2 reads it (`hf_rows`), made when first asked."""
-        return Layout(f"{{'{self.keys[0]}': ".encode(), rf"^{_body(self.keys)}[ \t\r]*$")
+    def dict_lines(self) -> re.Pattern[str]:
+        """The dicts of this shape alone on their lines, in a block."""
+        return re.compile(rf"^{self.line.pattern}[ \t\r]*$", re.M | re.ASCII)
 
     @cached_property
     def with_bar(self) -> re.Pattern[str]:
-        """`block` for a dict with a tqdm bar on the next line, its count group 1."""
-        return re.compile(rf"^{_BAR_AFTER}{self.block.pattern[1:]}", re.M | re.ASCII)
+        """`dict_lines` for a dict with a tqdm bar on the next line, its count group 1."""
+        return re.compile(rf"^{_BAR_AFTER}{self.line.pattern}[ \t\r]*$", re.M | re.ASCII)
+
+    @cached_property
+    def dict_layout(self) -> Layout:
+        """What `dict_lines` matches as RE2 reads it (`hf_rows`)."""
+        return Layout(f"{{'{self.keys[0]}': ".encode(), rf"^{self.line.pattern}[ \t\r]*$")
 
 
 def _body(keys: tuple[str, ...]) -> str:
@@ -106,8 +115,7 @@ def _compile_template(pairs: list[tuple[str, str]], text: str) -> _Template | No
     line = re.compile(body, re.ASCII)
     if "loss" not in keys or not line.fullmatch(text):
         return None
-    block = re.compile(rf"^{body}[ \t\r]*$", re.M | re.ASCII)
-    return _Template(keys, line, block, tuple(_KEYS[k] for k in keys if k in _KEYS))
+    return _Template(keys, line, tuple(_KEYS[k] for k in keys if k in _KEYS))
 
 
 def _safe_eval(text: str, start: int, end: int) -> bool:
@@ -296,12 +304,12 @@ class HfTrainerParser(Parser):
 
 
 def _dicts(template: _Template, block: Block) -> TableHits:
-    """The block's lines that `template.block` matches, with their groups as numbers (those of
+    """The block's lines that `template.dict_lines` matches, with their groups as numbers (those of
     `template.names`; no steps): found by RE2 (`hf_rows`); the regex reads those RE2 does not."""
     text = block.text
-    rows = find(template.layout, block.codes, block.newlines)
+    rows = find(template.dict_layout, block.codes, block.newlines)
     hits = TableHits(rows.line_starts, rows.line_starts, np.zeros(len(rows.line_starts), dtype=np.int64), rows.values)
-    odd = [m for start in rows.odd if (m := template.block.match(text, start)) is not None]
+    odd = [m for start in rows.odd if (m := template.dict_lines.match(text, start)) is not None]
     if not odd:
         return hits
     table = number_table(list(chain.from_iterable(m.groups() for m in odd)), len(odd), nan="None")
