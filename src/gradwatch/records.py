@@ -231,16 +231,26 @@ def logged_columns(data: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     data = data or {}
     logged: dict[str, np.ndarray] = {}
     for name in (*COLUMNS, *EXTRA_METRICS):
-        col = data.get(name)
-        if name in ("step", "line"):
-            logged[name] = np.zeros(0, dtype=np.int64) if col is None else col.astype(np.int64, copy=False)
-        elif name == "nonfinite":
-            logged[name] = np.zeros(0, dtype=object) if col is None else col.astype(object, copy=False)
-        elif name == "ts":
+        col = _as_built(name, data.get(name))
+        if name == "ts":
             logged[name] = np.zeros(0) if col is None else col
-        elif col is not None and not np.isnan(col).all():
+        elif col is not None and (name in _KEYS or not np.isnan(col).all()):
             logged[name] = col
     return logged
+
+
+#: the columns every batch has, whatever it logged
+_KEYS = ("step", "line", "nonfinite")
+
+
+def _as_built(name: str, col: np.ndarray | None) -> np.ndarray | None:
+    """A column as the batch frame holds it: steps and lines int64, `nonfinite` objects (these
+    three empty where missing: no rows); a metric as it is (None: not logged)."""
+    if name in ("step", "line"):
+        return np.zeros(0, dtype=np.int64) if col is None else col.astype(np.int64, copy=False)
+    if name == "nonfinite":
+        return np.zeros(0, dtype=object) if col is None else col.astype(object, copy=False)
+    return col
 
 
 def columns_of(data: dict[str, np.ndarray]) -> Columns:
@@ -260,13 +270,8 @@ def _frame(data: dict[str, np.ndarray]) -> Columns:
     not_logged = np.full(n, np.nan)  # one for every metric missing: pandas copies it into its block
     arrays: dict[str, np.ndarray] = {}
     for name in (*COLUMNS, *EXTRA_METRICS):
-        col = data.get(name)
-        if name in ("step", "line"):
-            arrays[name] = np.zeros(0, dtype=np.int64) if col is None else col.astype(np.int64, copy=False)
-        elif name == "nonfinite":
-            arrays[name] = np.zeros(0, dtype=object) if col is None else col.astype(object, copy=False)
-        else:
-            arrays[name] = not_logged if col is None else col
+        col = _as_built(name, data.get(name))
+        arrays[name] = not_logged if col is None else col
     frame = pd.DataFrame({**arrays, "nonfinite": pd.Series(arrays["nonfinite"], dtype=object, copy=False)})
     return Columns(frame, arrays)
 
