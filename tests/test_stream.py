@@ -197,6 +197,9 @@ ODD_LINES = {
         lambda s, n: _BAR.format(n + 3) + "\r" + s,
         lambda s, n: s.replace("'", "\u2018", 2),
         lambda s, n: s + "\n{'eval_loss': 2.5, 'eval_runtime': 1.0, 'epoch': 0.5}",
+        # evaluation dicts that the per-line path counts as training dicts (review)
+        lambda s, n: s + "\n{'eval_loss': None, 'grad_norm': 0.5, 'epoch': 0.5}",
+        lambda s, n: s + "\n{'eval_loss': 0.9, \"loss\": 0.7, 'epoch': 0.5}",
         lambda s, n: s + "\n" + _BAR.format(n + 9) + "\r{'eval_loss': 2.5, 'eval_runtime': 1.0}",
         lambda s, n: s + f"\n  Continuing training from global step {max(0, n - 5)}",
         lambda s, n: "{'train_runtime': 10.0, 'train_loss': 2.0, 'epoch': 1.0}",
@@ -342,8 +345,7 @@ ODD_LINES = {
 
 def _with_odd_lines(fmt: str, seed: int, rate: float) -> bytes:
     """A synthetic run (a resume, an anomaly) with odd lines in place of, or after, record lines:
-    at random, then each kind once in turn in the second half (some end the bulk reading for good:
-    an HF dict replaced by a non-record makes the bars count differently from the dicts)."""
+    at random, then each kind once in turn in the second half."""
     rng = random.Random(seed)
     spec = RunSpec(fmt=fmt, steps=1500, seed=seed, restarts=(700,), anomalies=(Anomaly("loss_spike", 1100),))
     lines = "".join(generate(spec)).split("\n")

@@ -118,10 +118,35 @@ def _compile_template(pairs: list[tuple[str, str]], text: str) -> _Template | No
     return _Template(keys, line, tuple(_KEYS[k] for k in keys if k in _KEYS))
 
 
+def _metrics(pairs: list[tuple[str, str]]) -> dict[str, float]:
+    """A dict's values that are metrics: the first of each name that reads as a number."""
+    metrics: dict[str, float] = {}
+    for key, value in pairs:
+        name = _KEYS.get(key)
+        if name is None or name in metrics:
+            continue
+        try:
+            metrics[name] = number(value)
+        except ValueError:
+            continue
+    return metrics
+
+
+def _is_eval(metrics: dict[str, float]) -> bool:
+    """An evaluation record: it takes the latest training dict's step (one whose `eval_loss` is
+    no number is counted as a training dict, if it has another loss)."""
+    return "val_loss" in metrics and "loss" not in metrics
+
+
 def _safe_eval(text: str, start: int, end: int) -> bool:
-    """An evaluation dict alone on its line: it takes the step of the latest training dict and
-    changes nothing, so bulk dicts may go on after it."""
-    return text.startswith(_EVAL, start) and "'loss'" not in text[start:end] and "\r" not in text[start:end]
+    """An evaluation dict alone on its line, as `_dict` reads it: it takes the step of the latest
+    training dict and changes nothing, so bulk dicts may go on after it."""
+    line = text[start:end]
+    if not line.startswith(_EVAL) or "\r" in line:
+        return False
+    close = line.find("}")
+    pairs = _PAIR.findall(line[: close + 1]) if close >= 0 else _PAIR.findall(line)[:-1]
+    return "train_runtime" not in {k for k, _ in pairs} and _is_eval(_metrics(pairs))
 
 
 class HfTrainerParser(Parser):
@@ -186,20 +211,12 @@ class HfTrainerParser(Parser):
         keys = {k for k, _ in pairs}
         if "train_runtime" in keys:
             return True  # the final summary: averages over the run, not a step
-        metrics: dict[str, float] = {}
-        for key, value in pairs:
-            name = _KEYS.get(key)
-            if name is None or name in metrics:
-                continue
-            try:
-                metrics[name] = number(value)
-            except ValueError:
-                continue
+        metrics = _metrics(pairs)
         if not metrics.keys() & _LOSSES:
             # not a training/eval log (e.g. a config dict with an `lr`); a Trainer dict with
             # only custom keys still has `epoch` and is consumed
             return "epoch" in keys
-        is_eval = "val_loss" in metrics and "loss" not in metrics
+        is_eval = _is_eval(metrics)
         bar_step = self._bar[1] if self._bar is not None and self._bar[0] == line else None
         if bar_step is not None:
             step = bar_step
