@@ -307,8 +307,7 @@ class HfTrainerParser(Parser):
         return cut
 
     def bulk_records(self, text: str, hits: Hits, linenos: np.ndarray, out: ParseOutput) -> None:
-        """Bulk dicts as one columnar chunk; each one's step is its bar's count (checked to be the
-        next step when it was matched)."""
+        """Bulk dicts as one columnar chunk, with the steps they were counted when matched."""
         template = self._bulk_template
         assert template is not None and isinstance(hits, TableHits)
         steps, n = hits.steps, len(hits)
