@@ -680,3 +680,28 @@ def test_a_block_has_a_byte_per_character_of_its_text(data: bytes) -> None:
     assert text == str(data, "utf-8", errors="replace")
     assert codes.tobytes() == text.encode("ascii", errors="replace")
     assert ascii_only == data.isascii()
+
+
+#: keywords split, or hidden behind a word character, by an escape sequence that the per-line
+#: path removes before it reads a line (`clean`); the raw line shows no keyword
+_ESCAPED = {
+    "hf-trainer": ["  Continuing training\x1b[0m from global step 5"],
+    "megatron-deepspeed": [
+        "[2024-03-02 08:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] \x1b[1mstep=7, skipped=3, lr=[1e-05]",
+        "Trace\x1b[0mback (most recent call last):\n  File \"train.py\", line 3, in <module>\nValueError: boom",
+        "[deepspeed] OVER\x1b[31mFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+    ],
+}
+
+
+@pytest.mark.parametrize("fmt", list(_ESCAPED))
+def test_keywords_that_only_cleaning_shows_are_read_as_the_plain_path(fmt: str) -> None:
+    """A line whose keyword an escape sequence splits is still read, in bulk stretches too."""
+    lines = "".join(generate(RunSpec(fmt=fmt, steps=600, seed=3))).split("\n")
+    records = [k for k, line in enumerate(lines) if "loss" in line and k > 100]
+    for k, odd in zip(records[::50], _ESCAPED[fmt] * 4, strict=False):
+        lines[k] += "\n" + odd
+    data = "\n".join(lines).encode()
+    fast, plain = _parse(data), _parse(data, every_line=True)
+    _assert_same(fast, plain)
+    _assert_reads_as_plain(data, seed=3)

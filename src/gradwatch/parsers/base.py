@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -23,6 +24,8 @@ import numpy as np
 
 from gradwatch.events import Event, EventKind, SkipCountBuilder, SkipCounts
 from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._text import clean
+from gradwatch.parsers.keywords import line_array
 from gradwatch.records import RecordBuilder
 
 #: Steps are int64 in record batches; a larger number in a log is garbage, not a step.
@@ -130,6 +133,26 @@ class Block:
     newlines: np.ndarray
     #: whether `codes` are the text's own bytes
     ascii: bool = True
+
+    def escaped_lines(self, holds: Callable[[str], bool], among: np.ndarray | None = None) -> np.ndarray:
+        """The lines (indices, ascending; of all, or of those marked in the mask `among`) with an
+        escape sequence where `holds` accepts a piece of the line as the per-line path reads it
+        (split at carriage returns, cleaned): `clean` joins the text around an escape
+        (`Continuing training\x1b[0m from`), which a search of the raw text cannot see."""
+        if "\x1b" not in self.text:
+            return np.zeros(0, dtype=np.int64)
+        _, pc = arrow()
+
+        lines = np.arange(len(self.newlines)) if among is None else np.flatnonzero(among)
+        escape = pc.match_substring(line_array(self.codes, self.newlines, lines), "\x1b")
+        lines = lines[escape.to_numpy(zero_copy_only=False)]
+        starts = np.where(lines > 0, self.newlines[lines - 1] + 1, 0).tolist()
+        text = self.text
+        keep = [
+            any(holds(clean(piece)) for piece in text[a:b].split("\r"))
+            for a, b in zip(starts, self.newlines[lines].tolist(), strict=True)
+        ]
+        return lines[np.array(keep, dtype=bool)] if keep else lines
 
 
 class Hits(Protocol):

@@ -300,6 +300,10 @@ class HfTrainerParser(Parser):
         and may change the count: another dict (not an evaluation alone on its line), a resume."""
         text = block.text
         resume = text.find("Continuing training from")
+        escaped = block.escaped_lines(lambda piece: "Continuing training from" in piece)
+        if len(escaped):  # a resume line that only cleaning shows
+            first = int(block.newlines[escaped[0] - 1]) + 1 if escaped[0] else 0
+            resume = first if resume < 0 else min(resume, first)
         cut = len(found) if resume < 0 else int(np.searchsorted(found.at, resume))
         for start, end in lines_holding(block.codes, block.newlines, ord("{"), found.at):
             if not _safe_eval(text, start, end):

@@ -62,6 +62,10 @@ class Keywords:
         hit: np.ndarray = found.to_numpy(zero_copy_only=False)
         return np.flatnonzero(hit) if among is None else among[hit]
 
+    def holds(self, text: str) -> bool:
+        """Whether `text` holds a keyword (as `re` reads them)."""
+        return any(word in text for word in self.strings) or any(r.search(text) for r in self.regexes)
+
     def positions(self, text: str) -> list[int]:
         """The start of every match in `text`, ascending (one per position)."""
         found: list[int] = []

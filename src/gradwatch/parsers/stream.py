@@ -400,26 +400,32 @@ class LogStream:
         found at once: among the lines outside the bulk records where those are more than an
         eighth of the lines (a fifth less work for Megatron, whose records are half the lines and
         most bytes; 6x less for OLMo's many short record lines), else among all, the bulk lines
-        taken out after. Otherwise the text between bulk records is searched as one
-        joined string (one search in C per keyword, instead of one per record); positions are
-        mapped back.
+        taken out after. Otherwise the text between bulk records is searched as one joined string
+        (one search in C per keyword, instead of one per record); positions are mapped back.
+        Either way the lines with an escape sequence whose keyword only cleaning shows are added
+        (`Block.escaped_lines`).
         """
         scan = self._scan
         assert scan is not None
         text = block.text
         newlines = block.newlines
+        outside = np.ones(len(newlines), dtype=bool)
+        outside[covered] = False
         if 8 * len(covered) > len(newlines):
-            outside = np.ones(len(newlines), dtype=bool)
-            outside[covered] = False
             found = scan.lines(block.codes, newlines, np.flatnonzero(outside), ascii_only=block.ascii)
         else:
             found = scan.lines(block.codes, newlines, ascii_only=block.ascii)
             if found is not None:
                 found = found[~np.isin(found, covered)]
         if found is not None:
+            unseen = outside.copy()
+            unseen[found] = False
+            escaped = block.escaped_lines(scan.holds, unseen)
+            found = np.union1d(found, escaped) if len(escaped) else found
             return iter(line_starts(newlines, found).tolist()), found
+        escaped_starts = line_starts(newlines, block.escaped_lines(scan.holds, outside)).tolist()
         if not starts:
-            return iter(scan.positions(text)), None
+            return heapq.merge(scan.positions(text), escaped_starts), None
         piece_starts = [0, *(e + 1 for e in ends)]  # where each stretch between records begins
         pieces = [text[a:b] for a, b in zip(piece_starts, [*starts, len(text)], strict=True)]
         joined_starts = list(accumulate((len(p) for p in pieces), initial=0))
@@ -430,7 +436,7 @@ class LogStream:
                 k = bisect_right(joined_starts, g) - 1
                 yield piece_starts[k] + g - joined_starts[k]
 
-        return positions(), None
+        return heapq.merge(positions(), escaped_starts), None
 
     def _main_parser(self) -> Parser | None:
         """The file's main parser, once it has produced records."""
