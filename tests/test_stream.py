@@ -688,7 +688,7 @@ _ESCAPED = {
     "hf-trainer": ["  Continuing training\x1b[0m from global step 5"],
     "megatron-deepspeed": [
         "[2024-03-02 08:00:00,000] [INFO] [logging.py:96:log_dist] [Rank 0] \x1b[1mstep=7, skipped=3, lr=[1e-05]",
-        "Trace\x1b[0mback (most recent call last):\n  File \"train.py\", line 3, in <module>\nValueError: boom",
+        'Trace\x1b[0mback (most recent call last):\n  File "train.py", line 3, in <module>\nValueError: boom',
         "[deepspeed] OVER\x1b[31mFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
     ],
 }
