@@ -604,3 +604,53 @@ def test_a_batch_whose_events_are_out_of_line_order_is_not_cut(monkeypatch: pyte
     assert [[e.line for e in p.events] for p, _, _ in pieces] == [[15], [25], [45]]
     assert [p.records["line"].tolist() for p, _, _ in pieces] == [[10, 20], [30, 40], [50]]
     assert [size for _, _, size in pieces] == [0, 0, 100]
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_segments_are_read_jobs_plus_one_ahead_again_once_guessing_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stretch of JSON lines without steps early on makes a guess wrong; once the segments read
+    in order are past it and guessing is tried again, 3 segments (2 jobs + 1) are read ahead
+    again, not one at a time. Counted as the reader hands tasks out and takes (or drops) them."""
+    lines = list(generate(RunSpec(fmt="jsonl", steps=12000, seed=14)))
+    a, b = len(lines) // 10, len(lines) // 5
+    lines[a:b] = [re.sub(r'"step": \d+, ', "", line, count=1) for line in lines[a:b]]
+    path = tmp_path / "stepless-stretch.jsonl"
+    path.write_text("".join(lines))
+    ahead = [0]
+    seen: list[tuple[int, int]] = []  # (segments read ahead, wrong guesses so far) at each hand-out
+    readers: list[segments.SegmentReader] = []
+    real_init, real_result = segments.SegmentReader.__init__, segments.SegmentReader._result
+
+    def init(self: segments.SegmentReader, path: Path, jobs: int) -> None:
+        real_init(self, path, jobs)
+        readers.append(self)
+        submit = self._pool.submit
+
+        def counted(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+            future = submit(fn, *args, **kwargs)
+            if fn is segments.read_segment:
+                ahead[0] += 1
+                seen.append((ahead[0], self.rereads))
+                cancel = future.cancel
+
+                def dropped() -> bool:
+                    ahead[0] -= 1
+                    return cancel()
+
+                future.cancel = dropped  # type: ignore[method-assign]
+            return future
+
+        self._pool.submit = counted  # type: ignore[method-assign]
+
+    def result(self: segments.SegmentReader, future):  # type: ignore[no-untyped-def]
+        ahead[0] -= 1
+        return real_result(self, future)
+
+    monkeypatch.setattr(segments.SegmentReader, "__init__", init)
+    monkeypatch.setattr(segments.SegmentReader, "_result", result)
+    check_path(path, SETTINGS, jobs=2)
+    assert sum(r.rereads for r in readers) >= 1, "the stretch should have made a guess wrong"
+    assert max(depth for depth, _ in seen) == 3
+    assert max(depth for depth, wrong in seen if wrong) == 3, seen
