@@ -232,25 +232,23 @@ def logged_columns(data: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     logged: dict[str, np.ndarray] = {}
     for name in (*COLUMNS, *EXTRA_METRICS):
         col = _as_built(name, data.get(name))
-        if name == "ts":
-            logged[name] = np.zeros(0) if col is None else col
-        elif col is not None and (name in _KEYS or not np.isnan(col).all()):
+        if col is not None and (name in _KEYS or not np.isnan(col).all()):
             logged[name] = col
     return logged
 
 
-#: the columns every batch has, whatever it logged
-_KEYS = ("step", "line", "nonfinite")
+#: the columns every batch has, whatever it logged, and their types (`ts` is as a metric: a
+#: batch without times is NaN there, as where it has none)
+_KEYS = {"step": np.int64, "line": np.int64, "nonfinite": object}
 
 
 def _as_built(name: str, col: np.ndarray | None) -> np.ndarray | None:
-    """A column as the batch frame holds it: steps and lines int64, `nonfinite` objects (these
-    three empty where missing: no rows); a metric as it is (None: not logged)."""
-    if name in ("step", "line"):
-        return np.zeros(0, dtype=np.int64) if col is None else col.astype(np.int64, copy=False)
-    if name == "nonfinite":
-        return np.zeros(0, dtype=object) if col is None else col.astype(object, copy=False)
-    return col
+    """A column as the batch frame holds it: the `_KEYS` columns of their types (empty where
+    missing: no rows); a metric as it is (None: not logged)."""
+    kind = _KEYS.get(name)
+    if kind is None:
+        return col
+    return np.zeros(0, dtype=kind) if col is None else col.astype(kind, copy=False)
 
 
 def columns_of(data: dict[str, np.ndarray]) -> Columns:

@@ -24,6 +24,7 @@ import numpy as np
 
 from gradwatch.events import Event, EventKind, SkipCountBuilder, SkipCounts
 from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import clean
 from gradwatch.parsers.keywords import line_array
 from gradwatch.records import RecordBuilder
@@ -146,7 +147,7 @@ class Block:
         lines = np.arange(len(self.newlines)) if among is None else np.flatnonzero(among)
         escape = pc.match_substring(line_array(self.codes, self.newlines, lines), "\x1b")
         lines = lines[escape.to_numpy(zero_copy_only=False)]
-        starts = np.where(lines > 0, self.newlines[lines - 1] + 1, 0).tolist()
+        starts = line_starts(self.newlines, lines).tolist()
         text = self.text
         keep = [
             any(holds(clean(piece)) for piece in text[a:b].split("\r"))

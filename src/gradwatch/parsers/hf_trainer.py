@@ -37,6 +37,7 @@ from itertools import chain, islice
 import numpy as np
 
 from gradwatch.events import EventKind
+from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import is_nonfinite, number
 from gradwatch.parsers.base import Block, BulkTrack, Hits, ParseOutput, Parser, TableHits, number_table
 from gradwatch.parsers.hf_rows import Layout, find, lines_holding
@@ -62,6 +63,8 @@ _NUMBER = r"-?\d{1,17}(?:\.\d+)?(?:e[+-]?\d{1,2})?"
 _BAR_AFTER = r"(?=[^\n]*\n *\d{1,3}%\|[^|\n\r]*\| (\d{1,15})/\d)"
 _PLAIN_KEY = re.compile(r"[\w./-]+\Z", re.ASCII)
 _EVAL = "{'eval_loss': "
+#: what every resume line begins with: the count may change there
+_RESUME = "Continuing training from"
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,12 @@ class _Template:
     @cached_property
     def with_bar(self) -> re.Pattern[str]:
         """`dict_lines` for a dict with a tqdm bar on the next line, its count group 1."""
-        return re.compile(rf"^{_BAR_AFTER}{self.line.pattern}[ \t\r]*$", re.M | re.ASCII)
+        return re.compile(f"^{_BAR_AFTER}{self.dict_lines.pattern[1:]}", re.M | re.ASCII)
 
     @cached_property
     def dict_layout(self) -> Layout:
         """What `dict_lines` matches as RE2 reads it (`hf_rows`)."""
-        return Layout(f"{{'{self.keys[0]}': ".encode(), rf"^{self.line.pattern}[ \t\r]*$")
+        return Layout(f"{{'{self.keys[0]}': ".encode(), self.dict_lines.pattern)
 
 
 def _body(keys: tuple[str, ...]) -> str:
@@ -118,6 +121,13 @@ def _compile_template(pairs: list[tuple[str, str]], text: str) -> _Template | No
     return _Template(keys, line, tuple(_KEYS[k] for k in keys if k in _KEYS))
 
 
+def _pairs(text: str) -> list[tuple[str, str]]:
+    """The `'key': value` pairs of the dict `text` begins with; in a cut line (no `}`) all but
+    the last, whose value may be cut too (`4.99e-0` for `4.99e-05`)."""
+    end = text.find("}")
+    return _PAIR.findall(text[: end + 1]) if end >= 0 else _PAIR.findall(text)[:-1]
+
+
 def _metrics(pairs: list[tuple[str, str]]) -> dict[str, float]:
     """A dict's values that are metrics: the first of each name that reads as a number."""
     metrics: dict[str, float] = {}
@@ -142,16 +152,12 @@ def _safe_eval(text: str, start: int, end: int) -> bool:
     """An evaluation dict alone on its line, as `_dict` reads it: it takes the step of the latest
     training dict and changes nothing, so bulk dicts may go on after it."""
     line = text[start:end]
-    if not line.startswith(_EVAL) or "\r" in line:
-        return False
-    close = line.find("}")
-    pairs = _PAIR.findall(line[: close + 1]) if close >= 0 else _PAIR.findall(line)[:-1]
-    return "train_runtime" not in {k for k, _ in pairs} and _is_eval(_metrics(pairs))
+    return line.startswith(_EVAL) and "\r" not in line and _is_eval(_metrics(_pairs(line)))
 
 
 class HfTrainerParser(Parser):
     name = "hf_trainer"
-    scan = r"\{|Continuing training from"
+    scan = rf"\{{|{_RESUME}"
     description = "Hugging Face Trainer `{'loss': ..., 'grad_norm': ..., 'learning_rate': ...}` dicts"
 
     def __init__(self) -> None:
@@ -190,7 +196,7 @@ class HfTrainerParser(Parser):
             if "%|" in text:
                 self._see_bar(text, line)  # a `\r` piece before a dict on the same physical line
                 return False  # a bar is nobody's record; others may still read the line
-            if "Continuing training from" in text:
+            if _RESUME in text:
                 return self._resume(text, line, ts, out)
             return False
         if start > 0 and "%|" in text[:start]:
@@ -204,8 +210,7 @@ class HfTrainerParser(Parser):
 
     def _dict(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         end = text.find("}")
-        # in a cut line (no `}`) the last value may be cut too: `4.99e-0` for `4.99e-05`
-        pairs = _PAIR.findall(text[: end + 1]) if end >= 0 else _PAIR.findall(text)[:-1]
+        pairs = _pairs(text)
         if not pairs:
             return False
         keys = {k for k, _ in pairs}
@@ -299,10 +304,10 @@ class HfTrainerParser(Parser):
         """How many of the dicts `found` come before the first line that must be read one by one
         and may change the count: another dict (not an evaluation alone on its line), a resume."""
         text = block.text
-        resume = text.find("Continuing training from")
-        escaped = block.escaped_lines(lambda piece: "Continuing training from" in piece)
+        resume = text.find(_RESUME)
+        escaped = block.escaped_lines(lambda piece: _RESUME in piece)
         if len(escaped):  # a resume line that only cleaning shows
-            first = int(block.newlines[escaped[0] - 1]) + 1 if escaped[0] else 0
+            first = int(line_starts(block.newlines, escaped[:1])[0])
             resume = first if resume < 0 else min(resume, first)
         cut = len(found) if resume < 0 else int(np.searchsorted(found.at, resume))
         for start, end in lines_holding(block.codes, block.newlines, ord("{"), found.at):
