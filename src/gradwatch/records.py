@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Canonical metric names, in the order reports show them.
 METRICS: tuple[str, ...] = (
@@ -264,6 +266,8 @@ def _frame(data: dict[str, np.ndarray]) -> Columns:
     `nonfinite` goes in as an object Series: pandas >= 3 would make the plain array its `str`
     dtype, and one dtype always is what readers of the column expect.
     """
+    import pandas as pd  # here, not at the top: workers build no frames and need not import it
+
     n = len(data["line"]) if "line" in data else 0
     not_logged = np.full(n, np.nan)  # one for every metric missing: pandas copies it into its block
     arrays: dict[str, np.ndarray] = {}

@@ -33,16 +33,18 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from gradwatch import workers
-from gradwatch.detectors.base import ColumnBatch
 from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
-from gradwatch.parsers.stream import Batch, LogStream
+from gradwatch.parsers.stream import Batch, BatchFacts, LogStream
 from gradwatch.records import columns_of, logged_columns
+
+if TYPE_CHECKING:
+    from gradwatch.detectors.base import ColumnBatch
 
 #: One worker task: large enough that the warm-up and the sending of the stream cost little.
 SEGMENT_BYTES = 16 << 20
@@ -97,7 +99,7 @@ class _Task:
 
 @dataclass
 class _Segment:
-    batch: Batch  # numbered as the worker counted: line `skip + 1` is the segment's first; no records, no events
+    facts: BatchFacts  # numbered as the worker counted: line `skip + 1` is the segment's first; no events
     records: dict[str, np.ndarray]  # the batch's records, as the columns that have values (`logged_columns`)
     events: _PackedEvents  # the batch's events, sent as columns
     skip: int
@@ -204,11 +206,11 @@ class SegmentReader:
                 if retry:
                     hand_out(pending.popleft())  # a guess again, kept where it holds
                     guessing = True
-            batch, records = _shifted(segment, lines_before - segment.skip)
+            facts, records = _shifted(segment, lines_before - segment.skip)
             lines_before += segment.lines
             if segment.stream is not None:
                 segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
-            yield from _pieces(batch, records, segment.stream, segment.size)
+            yield from _pieces(facts, records, segment.stream, segment.size)
 
     def _result(self, future: Future[_Segment]) -> _Segment:
         try:
@@ -299,11 +301,11 @@ def read_segment(task: _Task) -> _Segment:
     # finishes began there, and is its own unless a task before finished it (`taken_through`).
     first = warm_lines if task.warmup else task.taken_through
     taken, data = stream.take_columns()
-    batch, records = _within(taken, data, first, warm_lines + lines)
-    events = _PackedEvents.of(batch.events)
-    batch = dataclasses.replace(batch, events=[])
+    facts, records = _within(taken, data, first, warm_lines + lines)
+    events = _PackedEvents.of(facts.events)
+    facts = dataclasses.replace(facts, events=[])
     return _Segment(
-        batch,
+        facts,
         records,
         events,
         warm_lines,
@@ -342,18 +344,18 @@ def _finish_open_record(stream: LogStream, fh: BinaryIO) -> None:
 
 
 def _within(
-    batch: Batch, data: dict[str, np.ndarray] | None, after: int, last: int
-) -> tuple[Batch, dict[str, np.ndarray]]:
-    """The part of `batch` and its records (`data`, columns) whose lines are in (after, last]:
+    facts: BatchFacts, data: dict[str, np.ndarray] | None, after: int, last: int
+) -> tuple[BatchFacts, dict[str, np.ndarray]]:
+    """The part of a batch (`facts`) and its records (`data`, columns) whose lines are in (after, last]:
     what the segment itself holds; the records as `logged_columns`."""
     if data is not None:
         keep = (data["line"] > after) & (data["line"] <= last)
         if not keep.all():
             data = {name: col[keep] for name, col in data.items()}
-    events = [e for e in batch.events if after < e.line <= last]
-    skips = batch.skip_counts
+    events = [e for e in facts.events if after < e.line <= last]
+    skips = facts.skip_counts
     skips = skips.where((skips.line > after) & (skips.line <= last))
-    return dataclasses.replace(batch, events=events, skip_counts=skips), logged_columns(data)
+    return dataclasses.replace(facts, events=events, skip_counts=skips), logged_columns(data)
 
 
 @dataclass
@@ -388,50 +390,49 @@ _KINDS = {kind.value: kind for kind in EventKind}
 
 
 def _pieces(
-    batch: Batch, records: dict[str, np.ndarray], stream: LogStream | None, size: int
+    facts: BatchFacts, records: dict[str, np.ndarray], stream: LogStream | None, size: int
 ) -> Iterator[tuple[Batch, LogStream | None, int]]:
-    """`batch` with its `records` (columns) as batches of at most `BATCH_RECORDS` records, each
+    """A batch (`facts`) with its `records` (columns) as batches of at most `BATCH_RECORDS` records, each
     with the events of its lines (as a read cut after its last record would have had them); the
     clock facts, the stream and the bytes go with the last piece, which is where they stand."""
     lines = records["line"]
-    events = batch.events
+    events = facts.events
     event_lines = np.array([e.line for e in events], dtype=np.int64)
     # a plugin's events out of line order could repeat in pieces: such a batch is not cut
     if len(lines) <= BATCH_RECORDS or (np.diff(event_lines) < 0).any():
-        yield _carrying(batch, records), stream, size
+        yield _carrying(facts, records), stream, size
         return
-    skips = batch.skip_counts
+    skips = facts.skip_counts
     start, first_event, first_skip = 0, 0, 0
     while start + BATCH_RECORDS < len(lines):
         end = start + BATCH_RECORDS
         last_event = int(np.searchsorted(event_lines, lines[end - 1], side="right"))
         last_skip = int(np.searchsorted(skips.line, lines[end - 1], side="right"))
-        piece = Batch(
-            batch.records,
-            events[first_event:last_event],
-            path=batch.path,
-            skip_counts=skips.where(slice(first_skip, last_skip)),
+        piece = BatchFacts(
+            events[first_event:last_event], path=facts.path, skip_counts=skips.where(slice(first_skip, last_skip))
         )
         yield _carrying(piece, {name: col[start:end] for name, col in records.items()}), None, 0
         start, first_event, first_skip = end, last_event, last_skip
-    rest = dataclasses.replace(batch, events=events[first_event:], skip_counts=skips.where(slice(first_skip, None)))
+    rest = dataclasses.replace(facts, events=events[first_event:], skip_counts=skips.where(slice(first_skip, None)))
     yield _carrying(rest, {name: col[start:] for name, col in records.items()}), stream, size
 
 
-def _carrying(batch: Batch, records: dict[str, np.ndarray]) -> ColumnBatch:
-    """`batch` with these records: their frame built once, and its numpy columns kept for the
-    detectors (which would otherwise take each out of the frame again)."""
+def _carrying(facts: BatchFacts, records: dict[str, np.ndarray]) -> ColumnBatch:
+    """The batch of `facts` and these records: their frame built once, and its numpy columns
+    kept for the detectors (which would otherwise take each out of the frame again)."""
+    from gradwatch.detectors.base import ColumnBatch  # here: the workers import no detectors, nor pandas
+
     built = columns_of(records)
-    return ColumnBatch.of(dataclasses.replace(batch, records=built.frame), built)
+    return ColumnBatch.of(facts.framed(built.frame), built)
 
 
-def _shifted(segment: _Segment, offset: int) -> tuple[Batch, dict[str, np.ndarray]]:
+def _shifted(segment: _Segment, offset: int) -> tuple[BatchFacts, dict[str, np.ndarray]]:
     """The segment's batch with its events, and its records (columns), their line numbers moved on by `offset`."""
     records = segment.records
     records["line"] = records["line"] + offset
-    batch = segment.batch
+    facts = segment.facts
     moved = dataclasses.replace(
-        batch, events=segment.events.unpacked(offset), skip_counts=batch.skip_counts.moved(offset)
+        facts, events=segment.events.unpacked(offset), skip_counts=facts.skip_counts.moved(offset)
     )
     return moved, records
 

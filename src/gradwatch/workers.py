@@ -18,8 +18,9 @@ from pathlib import Path
 #: Files smaller than this are read in one process: starting workers would cost more.
 MIN_PARALLEL_BYTES = 64 << 20
 _MAX_JOBS = 8
-#: what the fork server imports once, for every worker it forks
-_PRELOAD = ["gradwatch.segments"]
+#: what the fork server imports once, for every worker it forks: what a worker runs, and the
+#: Arrow kernels its bulk readers use (not pandas: a worker builds no frames, runs no detectors)
+_PRELOAD = ["gradwatch.segments", "pyarrow.compute"]
 
 
 def default_jobs() -> int:

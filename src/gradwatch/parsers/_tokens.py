@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._arrow import arrow, indices, mask, numpy_of
 
 #: what `float()` reads from ASCII text (less underscores, which the per-line path handles)
 _FLOAT = r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:nan|inf|infinity))$"
@@ -29,7 +29,7 @@ def numbers_at(
 
     Returns (values of the rows whose every range is a number, (rows, k); which rows those are).
     """
-    pa, pc = arrow()
+    _, pc = arrow()
 
     rows, k = starts.shape
     if rows == 0:
@@ -41,9 +41,9 @@ def numbers_at(
     values = floats(tokens)
     if values is not None:
         return values.reshape(rows, k), np.ones(rows, dtype=bool)
-    good = pc.match_substring_regex(tokens, _FLOAT).to_numpy(zero_copy_only=False)
-    ok = good.reshape(rows, k).all(axis=1)
-    values = floats(tokens.filter(pa.array(np.repeat(ok, k))))
+    good = numpy_of(pc.match_substring_regex(tokens, _FLOAT))
+    ok = np.all(good.reshape(rows, k), axis=1)
+    values = floats(tokens.filter(mask(np.repeat(ok, k))))
     if values is None:  # not expected (what is left matches the grammar); if so, all go the slow way
         return np.zeros((0, k)), np.zeros(rows, dtype=bool)
     return values.reshape(-1, k), ok
@@ -59,7 +59,7 @@ def ranges_array(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Any
     bounds[0], bounds[-1] = 0, len(codes)
     bounds[1:-1:2], bounds[2:-1:2] = starts.ravel(), ends.ravel()
     pieces = pa.LargeStringArray.from_buffers(2 * n + 1, pa.py_buffer(bounds), pa.py_buffer(codes))
-    return pieces.take(pa.array(np.arange(1, 2 * n, 2)))
+    return pieces.take(indices(np.arange(1, 2 * n, 2)))
 
 
 def floats(tokens: Any) -> np.ndarray | None:
@@ -69,6 +69,6 @@ def floats(tokens: Any) -> np.ndarray | None:
     if (np.frombuffer(tokens.buffers()[2], dtype=np.uint8) == ord("(")).any():
         return None  # Arrow reads `nan(...)`, `float()` does not
     try:
-        return pc.cast(tokens, pa.float64()).to_numpy()  # type: ignore[no-any-return]
+        return numpy_of(pc.cast(tokens, pa.float64()))
     except pa.ArrowInvalid:
         return None

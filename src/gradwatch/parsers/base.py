@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from gradwatch.events import Event, EventKind, SkipCountBuilder, SkipCounts
-from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._arrow import arrow, numpy_of, strings
 from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import clean
 from gradwatch.parsers.keywords import line_array
@@ -146,7 +146,7 @@ class Block:
 
         lines = np.arange(len(self.newlines)) if among is None else np.flatnonzero(among)
         escape = pc.match_substring(line_array(self.codes, self.newlines, lines), "\x1b")
-        lines = lines[escape.to_numpy(zero_copy_only=False)]
+        lines = lines[numpy_of(escape)]
         starts = line_starts(self.newlines, lines).tolist()
         text = self.text
         keep = [
@@ -353,13 +353,13 @@ def number_table(tokens: list[str], rows: int, *, nan: str = "", drop: str = "")
     regexes admit nothing else): anything else raises ValueError."""
     pa, pc = arrow()
 
-    values = pa.array(tokens, type=pa.string())
+    values = strings(tokens)
     if nan:
         values = pc.replace_substring(values, nan, "nan")
     if drop:
         values = pc.replace_substring(values, drop, "")
     try:
-        table: np.ndarray = pc.cast(values, pa.float64()).to_numpy()
+        table = numpy_of(pc.cast(values, pa.float64()))
     except pa.ArrowInvalid as e:
         raise ValueError(str(e)) from None
     return table.reshape(rows, -1)

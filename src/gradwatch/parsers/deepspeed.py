@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from gradwatch.events import EventKind, SkipCounts
-from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._arrow import arrow, mask, numpy_of
 from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import number
 from gradwatch.parsers._tokens import numbers_at
@@ -103,16 +103,16 @@ class DeepSpeedParser(Parser):
 
         codes, newlines = block.codes, block.newlines
         taken = line_array(codes, newlines, lines)
-        ok = pc.match_substring_regex(taken, _PROGRESS_LINE).to_numpy(zero_copy_only=False)
-        ok &= ~pc.match_substring_regex(taken, "verflow|loss scale").to_numpy(zero_copy_only=False)  # other branches
+        ok = numpy_of(pc.match_substring_regex(taken, _PROGRESS_LINE))
+        ok &= ~numpy_of(pc.match_substring_regex(taken, "verflow|loss scale"))  # other branches
         index = lines[ok]
         if not len(index):
             return None
         starts = line_starts(newlines, index)
-        taken = taken.filter(ok)
+        taken = taken.filter(mask(ok))
 
         def find(word: str) -> np.ndarray:
-            return starts + pc.find_substring(taken, word).to_numpy(zero_copy_only=False)
+            return starts + numpy_of(pc.find_substring(taken, word))
 
         step_at, skipped_at, lr_at = find("] step="), find(", skipped="), find(", lr=")
         tokens = np.column_stack([step_at + 7, skipped_at + 10]), np.column_stack([skipped_at, lr_at])

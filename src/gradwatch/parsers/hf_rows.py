@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._arrow import arrow, numpy_of
 from gradwatch.parsers._bytes import line_starts, text_at
 from gradwatch.parsers._tokens import floats, ranges_array
 
@@ -53,7 +53,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     if (np.frombuffer(tokens.buffers()[2], dtype=np.uint8) == ord("N")).any():  # only None has one
         tokens = pc.replace_substring(tokens, "None", "nan")
     values = floats(tokens)
-    accepted = matched.to_numpy(zero_copy_only=False)
+    accepted = numpy_of(matched)
     if values is None:  # not expected (every group matches a number's grammar): the regex reads them
         values, accepted = np.zeros(0), np.zeros(len(lines), dtype=bool)
     return Rows(starts[lines[accepted]], values.reshape(groups, -1).T, starts[lines[~accepted]].tolist())

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._arrow import arrow, indices, mask, numpy_of
 from gradwatch.parsers._bytes import lines_with, text_at, texts_at
 from gradwatch.parsers._tokens import floats, ranges_array
 
@@ -153,7 +153,7 @@ class _Values:
 
     @staticmethod
     def _of(tokens: Any) -> _Values:
-        pa, pc = arrow()
+        _, pc = arrow()
 
         offsets = np.frombuffer(tokens.buffers()[1], dtype=np.int64)[tokens.offset : tokens.offset + len(tokens) + 1]
         at, lengths = offsets[:-1] - offsets[0], np.diff(offsets)
@@ -177,19 +177,17 @@ class _Values:
         good, null = plain.copy(), np.zeros(len(plain), dtype=bool)
         odd = np.flatnonzero(~plain)
         if len(odd):
-            matched = pc.match_substring_regex(tokens.take(pa.array(odd)), _VALUE).to_numpy(zero_copy_only=False)
+            matched = numpy_of(pc.match_substring_regex(tokens.take(indices(odd)), _VALUE))
             good[odd] = matched
             null[odd] = matched & (first[odd] == ord("n"))  # the grammar's one word
         return _Values(good, null, plain & (dots == 0) & (lengths <= 15))
 
     def floats(self, tokens: Any, rows: np.ndarray) -> np.ndarray | None:
         """The values of the tokens marked in `rows` as float64, null as NaN (None: one is no number)."""
-        pa, _ = arrow()
-
         numbers = rows & ~self.null
         if numbers.all():
             return floats(tokens)
-        read = floats(tokens.filter(pa.array(numbers)))
+        read = floats(tokens.filter(mask(numbers)))
         if read is None:
             return None
         values = np.full(int(rows.sum()), np.nan)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._arrow import arrow, indices, numpy_of, strings
 
 _SPECIAL = frozenset(".^$*+?{}[]|()")
 
@@ -59,7 +59,7 @@ class Keywords:
         if not self._re2 or pattern is None:
             return None
         found = pc.match_substring_regex(line_array(codes, newlines, among), pattern)
-        hit: np.ndarray = found.to_numpy(zero_copy_only=False)
+        hit = numpy_of(found)
         return np.flatnonzero(hit) if among is None else among[hit]
 
     def holds(self, text: str) -> bool:
@@ -88,7 +88,7 @@ def line_array(codes: np.ndarray, newlines: np.ndarray, among: np.ndarray | None
     bounds = np.empty(len(newlines) + 1, dtype=np.int64)
     bounds[0], bounds[1:] = 0, newlines + 1
     lines = pa.LargeStringArray.from_buffers(len(newlines), pa.py_buffer(bounds), pa.py_buffer(codes))
-    return lines if among is None else lines.take(pa.array(among))
+    return lines if among is None else lines.take(indices(among))
 
 
 def _re2_reads(pattern: str) -> bool:
@@ -100,7 +100,7 @@ def _re2_reads(pattern: str) -> bool:
     if re.search(r"\\[sS]|\[\[:|(?<!\\)\$", pattern):  # `$` before a line's newline; POSIX classes
         return False
     try:
-        pc.match_substring_regex(pa.array(["x"]), pattern)
+        pc.match_substring_regex(strings(["x"]), pattern)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return False
     return True

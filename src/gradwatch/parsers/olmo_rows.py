@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._arrow import arrow, numpy_of
 from gradwatch.parsers._bytes import line_starts, text_at
 from gradwatch.parsers._text import timestamps
 from gradwatch.parsers._tokens import numbers_at, ranges_array
@@ -206,7 +206,7 @@ def _marker_ok(codes: np.ndarray, marks: np.ndarray, ends: np.ndarray) -> np.nda
     if not len(marks):
         return np.zeros(0, dtype=bool)
     tails = ranges_array(codes, marks, ends)
-    return pc.match_substring_regex(tails, _MARKER_TAIL).to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
+    return numpy_of(pc.match_substring_regex(tails, _MARKER_TAIL))
 
 
 def _steps(codes: np.ndarray, marks: np.ndarray) -> np.ndarray:
@@ -219,4 +219,4 @@ def _steps(codes: np.ndarray, marks: np.ndarray) -> np.ndarray:
     window = codes[np.minimum(first[:, None] + np.arange(19), len(codes) - 1)]
     slash = first + np.argmax(window == ord("/"), axis=1)
     digits = ranges_array(codes, first, slash)
-    return pc.cast(digits, pa.int64()).to_numpy()  # type: ignore[no-any-return]
+    return numpy_of(pc.cast(digits, pa.int64()))

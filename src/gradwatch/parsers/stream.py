@@ -17,17 +17,20 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate, compress
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from gradwatch.events import Event, EventKind, SkipCountBuilder, SkipCounts
-from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._arrow import arrow, numpy_of
 from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import clean, timestamp
 from gradwatch.parsers.base import AuxLines, Block, Hits, Matches, ParseOutput, Parser
 from gradwatch.parsers.keywords import Keywords, line_array
 from gradwatch.records import RecordBuilder
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Longer lines are cut here (the rest is dropped and reported once): a 50 MB line of garbage
 #: must not hold the whole file in memory.
@@ -56,6 +59,23 @@ class Batch:
     path: str = ""
     #: DeepSpeed's cumulative skip counters, in line order
     skip_counts: SkipCounts = field(default_factory=SkipCounts.empty)
+
+
+@dataclass
+class BatchFacts:
+    """A `Batch` but for its records: what a worker sends beside them (numpy columns), so
+    that only the main process, which runs the detectors, builds frames and imports pandas."""
+
+    events: list[Event] = field(default_factory=list)
+    last_ts: float | None = None
+    last_step_ts: float | None = None
+    last_step: int | None = None
+    path: str = ""
+    skip_counts: SkipCounts = field(default_factory=SkipCounts.empty)
+
+    def framed(self, records: pd.DataFrame) -> Batch:
+        """The batch of these facts and `records`."""
+        return Batch(records, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 class LogStream:
@@ -175,24 +195,26 @@ class LogStream:
         Auxiliary records (DeepSpeed progress) are kept only in a file where no main parser found
         a record: in a Megatron-DeepSpeed log they would duplicate Megatron's own records.
         """
-        return self._take(frame=True)[0]
+        facts, drop = self._take_facts()
+        return facts.framed(RecordBuilder.empty() if drop is None else self.out.records.take(drop))
 
-    def take_columns(self) -> tuple[Batch, dict[str, np.ndarray] | None]:
-        """`take` with the records as numpy columns (None: no records) instead of a DataFrame
-        (the batch's frame is empty): what a worker sends, without building a frame for it."""
-        return self._take(frame=False)
+    def take_columns(self) -> tuple[BatchFacts, dict[str, np.ndarray] | None]:
+        """`take` with the records as numpy columns (None: no records), no frame built: what a
+        worker sends."""
+        facts, drop = self._take_facts()
+        return facts, None if drop is None else self.out.records.take_columns(drop)
 
-    def _take(self, frame: bool) -> tuple[Batch, dict[str, np.ndarray] | None]:
-        main_seen = self._main_seen
+    def _take_facts(self) -> tuple[BatchFacts, frozenset[str] | None]:
+        """The batch's facts, and the parsers whose records to leave out (None: no records are
+        taken, the format is undecided)."""
         out = self.out
+        main_seen = self._main_seen
         if not (main_seen or self._closed or self.lines >= UNDECIDED_HOLD_LINES):
-            return Batch(RecordBuilder.empty(), path=self.path), None
+            return BatchFacts(path=self.path), None
         events, out.events = out.events, []
-        drop = self._aux if main_seen else frozenset()
-        data = None if frame else out.records.take_columns(drop)
-        records = out.records.take(drop) if frame else RecordBuilder.empty()
         skips = out.skip_counts.take()
-        return Batch(records, events, out.last_ts, out.last_step_ts, out.last_step, self.path, skips), data
+        facts = BatchFacts(events, out.last_ts, out.last_step_ts, out.last_step, self.path, skips)
+        return facts, self._aux if main_seen else frozenset()
 
     def _hold(self, partial: bytes) -> None:
         if len(partial) > MAX_LINE_BYTES:
@@ -660,7 +682,7 @@ def _last_time(text: str, dated: list[int], codes: np.ndarray, newlines: np.ndar
         _, pc = arrow()
         index = np.searchsorted(newlines, np.array(earlier, dtype=np.int64))  # their lines
         taken = pc.match_substring_regex(line_array(codes, newlines, index), _TS_LINE_RE2)
-        earlier = [earlier[i] for i in np.flatnonzero(taken.to_numpy(zero_copy_only=False)).tolist()]
+        earlier = [earlier[i] for i in np.flatnonzero(numpy_of(taken)).tolist()]
     return _latest_time(text, earlier)
 
 

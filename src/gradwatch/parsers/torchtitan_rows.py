@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow
+from gradwatch.parsers._arrow import arrow, indices, mask, numpy_of
 from gradwatch.parsers._bytes import line_starts, strings, text_at, texts_at
 from gradwatch.parsers._text import timestamps
 from gradwatch.parsers._tokens import floats, ranges_array
@@ -147,7 +147,7 @@ def _read(tokens: Any, fields: tuple[str, ...]) -> _Read:
     """Rows of tokens (row after row: the head, then the `fields`' values with the spaces before
     them): which rows match their grammars (one RE2 pass per grammar), and the values of those,
     converted as the bulk regex's reader converts them."""
-    pa, pc = arrow()
+    _, pc = arrow()
 
     width = 1 + len(fields)
     n = len(tokens) // width
@@ -163,7 +163,7 @@ def _read(tokens: Any, fields: tuple[str, ...]) -> _Read:
     steps, metrics = np.zeros(kept, dtype=np.int64), np.full((kept, len(METRICS)), np.nan)
     for present, column, replace in read:
         if not good.all():
-            column = column.filter(pa.array(np.repeat(good, len(present))))
+            column = column.filter(mask(np.repeat(good, len(present))))
         column = pc.ascii_ltrim(column, " ")
         for text, by in replace:
             column = pc.replace_substring(column, text, by)
@@ -180,18 +180,16 @@ def _read(tokens: Any, fields: tuple[str, ...]) -> _Read:
 
 def _columns(tokens: Any, width: int, columns: list[int]) -> Any:
     """Of rows of `width` tokens, these columns, row after row."""
-    pa, _ = arrow()
-
     rows = np.arange(len(tokens) // width)
-    return tokens.take(pa.array((rows[:, None] * width + np.array(columns)).ravel()))
+    return tokens.take(indices((rows[:, None] * width + np.array(columns)).ravel()))
 
 
 def _matching(tokens: Any, grammar: str, width: int) -> np.ndarray:
     """Per row of `width` tokens, whether each is all of `grammar` (RE2)."""
     _, pc = arrow()
 
-    matched = pc.match_substring_regex(tokens, f"^(?:{grammar})$").to_numpy(zero_copy_only=False)
-    return matched.reshape(-1, width).all(axis=1)  # type: ignore[no-any-return]
+    matched = numpy_of(pc.match_substring_regex(tokens, f"^(?:{grammar})$"))
+    return np.all(matched.reshape(-1, width), axis=1)
 
 
 def _times(clock: np.ndarray) -> np.ndarray:
