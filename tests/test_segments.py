@@ -289,6 +289,18 @@ def test_hf_dicts_logged_every_few_steps_are_counted_as_one_process_counts(tmp_p
 
 
 @pytest.mark.usefixtures("small_segments")
+def test_hf_dicts_logged_every_few_steps_are_counted_on_after_resumes(tmp_path: Path) -> None:
+    """After a resume the bars count from its global step and the dicts from the count then
+    (dicts logged after the checkpoint are logged again): a worker whose segment follows the
+    resume's guesses wrong, once. The segments after it start from the newest stream known,
+    which saw the resume, and guess right again."""
+    spec = RunSpec(fmt="hf-trainer", steps=30000, log_interval=10, seed=16, restarts=(9000, 19000))
+    path = _write(tmp_path, spec)
+    summary, _ = _same(path, rereads=range(0, 3), in_order=range(0, 13))
+    assert summary.last_step > 3000  # dicts logged twice are counted twice
+
+
+@pytest.mark.usefixtures("small_segments")
 @pytest.mark.parametrize("bars", [True, False])
 def test_overflows_printed_by_two_ranks_are_one_after_a_wrong_guess(tmp_path: Path, bars: bool) -> None:
     """HF dicts logged every 10 steps with stale bars after them (their counts 2 steps late, as
@@ -423,11 +435,12 @@ def test_a_last_record_cut_by_the_last_boundary_is_read(
 def test_records_longer_than_a_segment_are_read_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, segment: int
 ) -> None:
-    """Segments smaller than a record, and stretches of chatter that make guesses wrong, then
-    right again: a record that a task finished past its end stays open through the next
+    """Segments and warm-ups smaller than a record, and stretches of chatter that make guesses
+    wrong (a warm-up of chatter alone, the stream a task starts from from before the last record),
+    then right again: a record that a task finished past its end stays open through the next
     segments, which must not record it again (`_Task.taken_through`)."""
     monkeypatch.setattr(segments, "SEGMENT_BYTES", segment)
-    monkeypatch.setattr(segments, "WARMUP_BYTES", 3000)
+    monkeypatch.setattr(segments, "WARMUP_BYTES", 300)
     lines = list(generate(RunSpec(fmt=fmt, steps=600, seed=21)))
     for k in (5, 3, 2):
         at = len(lines) * (k - 1) // k

@@ -166,17 +166,23 @@ class SegmentReader:
         `jobs + 1` ahead, each guessing what its stream carries in, and kept while that is what
         the segment before carried out. From the first that is not (None: from the start), each
         task goes on from the stream the one before ended with, handed out once that is known,
-        while this process runs the detectors on the one before. Guessing is tried again after
-        one such segment, then after 2, 4, 8... (a stretch without records ends; a file without
-        steps wastes a guess now and then, on a worker that would wait otherwise).
+        while this process runs the detectors on the one before. Guessing is tried again with the
+        segment after the next one; if that guess is wrong too, after 2 more, 4, 8... (a stretch
+        without records ends; a file without steps wastes a guess now and then, on a worker that
+        would wait otherwise). A task that guesses starts from the newest stream known (the
+        head's, then the end of the last segment read), so that its guess knows what the lines
+        before carried: an HF Trainer log's dict count after a resume.
         """
         in_flight: deque[tuple[_Task, Future[_Segment]]] = deque()
         pending = deque(tasks)
         may_guess = guessing = carried is not None
         retry_after, read_in_order = 1, 0  # segments read in order before guessing again, and since the last guess
+        held = True  # the last guess held (or none was wrong yet)
         before: tuple[_Task, _Segment] | None = None  # the last task read, and what it read
 
         def hand_out(task: _Task) -> None:
+            if before is not None and not task.chained and before[1].end_state is not None:
+                task = dataclasses.replace(task, template=before[1].end_state)
             in_flight.append((task, self._pool.submit(read_segment, task)))
 
         while pending and len(in_flight) < (self.jobs + 1 if guessing else 1):
@@ -186,7 +192,8 @@ class SegmentReader:
             segment = self._result(future)
             if guessing and segment.carried_in != carried:
                 self.rereads += 1
-                guessing, retry_after, read_in_order = False, 2 * retry_after, 0
+                guessing, read_in_order = False, 0
+                retry_after, held = 1 if held else 2 * retry_after, False
                 for later, guessed in reversed(in_flight):
                     guessed.cancel()
                     pending.appendleft(later)
@@ -194,6 +201,8 @@ class SegmentReader:
                 assert before is not None  # the first task starts from the head itself
                 task = _going_on(task, *before)
                 segment = self._result(self._pool.submit(read_segment, task))
+            elif guessing and not task.chained:
+                held = True
             self.in_order += task.chained
             carried, before = segment.carried_out, (task, segment)
             if pending and guessing:

@@ -159,6 +159,9 @@ class HfTrainerParser(Parser):
     name = "hf_trainer"
     scan = rf"\{{|{_RESUME}"
     description = "Hugging Face Trainer `{'loss': ..., 'grad_norm': ..., 'learning_rate': ...}` dicts"
+    #: the dict count and the global step at the latest resume (none: the run's start), which a
+    #: guess counts on from (`guess`); a class default, for parsers pickled in older scan states
+    _resumed_at: tuple[int, int] = (0, 0)
 
     def __init__(self) -> None:
         self._step = 0  # step of the latest training dict (0 before the first: the next one is 1)
@@ -245,6 +248,7 @@ class HfTrainerParser(Parser):
             step = int(m.group(1))
             if self._step > step:
                 self._step = step  # the dicts logged after step N are replayed: count on from N
+            self._resumed_at = (self._step, step)
             out.event(EventKind.CHECKPOINT_LOAD, line, step, ts, iteration=step)
             return True
         # `Continuing training from checkpoint, will skip to saved global_step` / `from epoch N`
@@ -269,7 +273,8 @@ class HfTrainerParser(Parser):
         """The count is that of a sequential read if the dicts before `text` were counted as the
         bars count steps: the first two dicts of the template's shape with a bar on the next
         line tell how many steps a dict stands for (`logging_steps`), and the first bar's count
-        divided by it is that dict's number."""
+        divided by it is that dict's number, counted on from the latest resume this parser saw
+        (after one, the bars count from its global step, and the dicts from the count then)."""
         template = self._template
         if template is None or not self._bulk.locked:
             return
@@ -277,7 +282,12 @@ class HfTrainerParser(Parser):
         if not counts:
             return
         every = counts[1] - counts[0] if len(counts) == 2 and counts[1] > counts[0] else 1
-        self._step = out.last_step = (counts[0] // every if counts[0] % every == 0 else counts[0]) - 1
+        count, resumed_step = self._resumed_at
+        if counts[0] % every == 0 and counts[0] > resumed_step:
+            first = count + counts[0] // every - resumed_step // every
+        else:
+            first = counts[0]
+        self._step = out.last_step = first - 1
         self._desync = False
 
     def can_bulk(self) -> bool:
