@@ -292,12 +292,32 @@ def test_hf_dicts_logged_every_few_steps_are_counted_as_one_process_counts(tmp_p
 def test_hf_dicts_logged_every_few_steps_are_counted_on_after_resumes(tmp_path: Path) -> None:
     """After a resume the bars count from its global step and the dicts from the count then
     (dicts logged after the checkpoint are logged again): a worker whose segment follows the
-    resume's guesses wrong, once. The segments after it start from the newest stream known,
-    which saw the resume, and guess right again."""
+    resume's guesses wrong, once. The segments after it are told of the resume by the newest
+    stream known (`Parser.hint`), and guess right again."""
     spec = RunSpec(fmt="hf-trainer", steps=30000, log_interval=10, seed=16, restarts=(9000, 19000))
     path = _write(tmp_path, spec)
     summary, _ = _same(path, rereads=range(0, 3), in_order=range(0, 13))
     assert summary.last_step > 3000  # dicts logged twice are counted twice
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_an_overflow_like_one_before_a_stretch_of_chatter_is_counted_as_one_process_counts(tmp_path: Path) -> None:
+    """After the head, a stretch of chatter without records holds overflows at one step: 65536,
+    then 32768 (past the head), then 65536 again, past a warm-up of chatter. The last one is no
+    copy of the one before it: a worker that started from the head, which remembered the first
+    65536, must not take it for one. What the overflow memory holds at the latest step is part
+    of what a segment is checked against (`DeepSpeedParser.carried`)."""
+    lines = list(generate(RunSpec(fmt="megatron-deepspeed", steps=400, seed=5)))
+    records = [i for i, line in enumerate(lines) if "consumed samples" in line]
+    overflow = "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {}, reducing to {}\n"
+    chatter = [f"NCCL INFO Channel {i % 32:02d} : chatter {'x' * 60}\n" for i in range(4000)]
+    stretch = [overflow.format(65536, 32768), *chatter[:600], overflow.format(32768, 16384)]
+    stretch += [*chatter[600:2600], overflow.format(65536, 32768), *chatter[2600:]]
+    cut = records[40] + 1  # the head (48 KiB) ends in the stretch, after its first overflow only
+    path = tmp_path / "chatter.log"
+    path.write_text("".join(lines[:cut] + stretch + lines[cut:]))
+    assert len("".join(lines[:cut])) < archive.CHUNK_BYTES < len("".join(lines[:cut] + stretch[:602]))
+    _same(path)
 
 
 @pytest.mark.usefixtures("small_segments")
@@ -435,12 +455,11 @@ def test_a_last_record_cut_by_the_last_boundary_is_read(
 def test_records_longer_than_a_segment_are_read_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, segment: int
 ) -> None:
-    """Segments and warm-ups smaller than a record, and stretches of chatter that make guesses
-    wrong (a warm-up of chatter alone, the stream a task starts from from before the last record),
-    then right again: a record that a task finished past its end stays open through the next
+    """Segments smaller than a record, and stretches of chatter that make guesses wrong, then
+    right again: a record that a task finished past its end stays open through the next
     segments, which must not record it again (`_Task.taken_through`)."""
     monkeypatch.setattr(segments, "SEGMENT_BYTES", segment)
-    monkeypatch.setattr(segments, "WARMUP_BYTES", 300)
+    monkeypatch.setattr(segments, "WARMUP_BYTES", 3000)
     lines = list(generate(RunSpec(fmt=fmt, steps=600, seed=21)))
     for k in (5, 3, 2):
         at = len(lines) * (k - 1) // k

@@ -95,6 +95,8 @@ class _Task:
     #: before, which read on past its end to finish the one open there: drop them here, however
     #: many segments that record spans
     taken_through: int = 0
+    #: (not chained) what the parsers tell a guess, from the newest stream known (`LogStream.hints`)
+    hints: dict[str, object] | None = None
 
 
 @dataclass
@@ -108,6 +110,7 @@ class _Segment:
     stream: LogStream | None  # the worker's stream after the last segment (the state after the file)
     carried_in: tuple[Any, ...]  # what the stream carried at the segment's start (`LogStream.carried`)
     carried_out: tuple[Any, ...]  # and at its end
+    hints_out: dict[str, object]  # what the parsers tell a guess at its end (`LogStream.hints`)
     #: the stream at the segment's end, pickled (`LogStream.snapshot`), for a task to go on from
     end_state: bytes | None
 
@@ -169,9 +172,9 @@ class SegmentReader:
         while this process runs the detectors on the one before. Guessing is tried again with the
         segment after the next one; if that guess is wrong too, after 2 more, 4, 8... (a stretch
         without records ends; a file without steps wastes a guess now and then, on a worker that
-        would wait otherwise). A task that guesses starts from the newest stream known (the
-        head's, then the end of the last segment read), so that its guess knows what the lines
-        before carried: an HF Trainer log's dict count after a resume.
+        would wait otherwise). A task that guesses starts from the head's stream, with what the
+        parsers of the newest stream known (the end of the last segment read) tell a guess
+        (`LogStream.hints`: where an HF Trainer log resumed, which its dict count goes on from).
         """
         in_flight: deque[tuple[_Task, Future[_Segment]]] = deque()
         pending = deque(tasks)
@@ -181,8 +184,8 @@ class SegmentReader:
         before: tuple[_Task, _Segment] | None = None  # the last task read, and what it read
 
         def hand_out(task: _Task) -> None:
-            if before is not None and not task.chained and before[1].end_state is not None:
-                task = dataclasses.replace(task, template=before[1].end_state)
+            if before is not None and not task.chained:
+                task = dataclasses.replace(task, hints=before[1].hints_out)
             in_flight.append((task, self._pool.submit(read_segment, task)))
 
         while pending and len(in_flight) < (self.jobs + 1 if guessing else 1):
@@ -285,7 +288,7 @@ def read_segment(task: _Task) -> _Segment:
         with open(task.path, "rb") as fh:
             warmup = _warmup(fh, task.start, task.warmup)
             if warmup:
-                stream.guess(warmup.decode("utf-8", "replace"))
+                stream.guess(warmup.decode("utf-8", "replace"), task.hints)
             stream.feed(warmup)
             carried_in = stream.carried()
             warm_lines = stream.lines
@@ -297,7 +300,7 @@ def read_segment(task: _Task) -> _Segment:
                     break  # the file shrank while being read: what was there is checked
                 left -= len(data)
                 stream.feed(data)
-            carried_out = stream.carried()
+            carried_out, hints_out = stream.carried(), stream.hints()
             end_state = None if task.last else stream.snapshot()
             if task.last:
                 stream.close()  # a last line without its newline is read here: one of the segment's
@@ -323,6 +326,7 @@ def read_segment(task: _Task) -> _Segment:
         stream if task.last else None,
         carried_in,
         carried_out,
+        hints_out,
         end_state,
     )
 

@@ -274,6 +274,16 @@ class Parser(ABC):
         """A worker is about to read `text`, the lines just before its segment: where reading them
         cannot tell what `carried` says, guess it from them (a tqdm bar's count, for a step)."""
 
+    def hint(self) -> object | None:
+        """What a guess further on in the file may go by, of the lines this parser read (HF
+        Trainer: the count and step of the latest resume), or None (the default): nothing. It
+        goes to the same parser of a worker's stream (`take_hint`), which started from the
+        file's head, before its `guess`; it may make a guess right, never a result different."""
+        return None
+
+    def take_hint(self, hint: object) -> None:  # noqa: B027 - optional hook
+        """Before `guess`: what `hint` said, in a stream that read further than this one."""
+
     @property
     def collecting(self) -> bool:
         """True while a multi-line record is open and the next lines belong to it."""

@@ -51,6 +51,13 @@ class DeepSpeedParser(Parser):
     def _next_step(self, out: ParseOutput) -> int | None:
         return None if out.last_step is None else out.last_step + 1
 
+    def carried(self, out: ParseOutput) -> tuple[object, ...] | None:
+        """The overflow that a copy at the next step would repeat, if one was read since the
+        latest step: it may lie before a segment's warm-up (a stretch of chatter), and a worker
+        whose memory is older would count its copy again."""
+        live = self._last_overflow is not None and self._last_overflow[0] == self._next_step(out)
+        return (self._last_overflow if live else None,)
+
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if "verflow" in text or "loss scale" in text:
             try:

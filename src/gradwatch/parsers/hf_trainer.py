@@ -269,6 +269,13 @@ class HfTrainerParser(Parser):
         or a resume line, which a segment's warm-up reads. (Before, the file is not split.)"""
         return (self._step, self._desync, out.last_step) if self._bulk.locked else None
 
+    def hint(self) -> object | None:
+        return self._resumed_at if self._resumed_at != (0, 0) else None
+
+    def take_hint(self, hint: object) -> None:
+        if isinstance(hint, tuple) and len(hint) == 2:
+            self._resumed_at = (int(hint[0]), int(hint[1]))
+
     def guess(self, text: str, out: ParseOutput) -> None:
         """The count is that of a sequential read if the dicts before `text` were counted as the
         bars count steps: the first two dicts of the template's shape with a bar on the next

@@ -156,10 +156,17 @@ class LogStream:
         bare.out = dataclasses.replace(self.out, records=RecordBuilder(), events=[], skip_counts=SkipCountBuilder())
         return pickle.dumps(bare)
 
-    def guess(self, text: str) -> None:
+    def hints(self) -> dict[str, object]:
+        """What the parsers tell a guess further on of the lines read (`Parser.hint`), by name."""
+        return {parser.name: hint for parser in self._active if (hint := parser.hint()) is not None}
+
+    def guess(self, text: str, hints: dict[str, object] | None = None) -> None:
         """Before reading `text`, a stretch of lines before a segment: let each parser guess what
-        it carries from further back (`Parser.guess`)."""
+        it carries from further back (`Parser.guess`), told `hints` (`hints`) of a stream that
+        read further than this one."""
         for parser in self._active:
+            if hints and parser.name in hints:
+                parser.take_hint(hints[parser.name])
             parser.guess(text, self.out)
 
     def feed(self, data: bytes) -> None:
