@@ -662,11 +662,11 @@ def test_a_batch_whose_events_are_out_of_line_order_is_not_cut(monkeypatch: pyte
     monkeypatch.setattr(segments, "BATCH_RECORDS", 2)
     records = {"step": np.arange(1, 6), "line": np.arange(10, 60, 10), "ts": np.zeros(5), "nonfinite": np.full(5, "")}
     events = [Event(EventKind.CHECKPOINT_SAVE, line) for line in (45, 15, 25)]
-    pieces = list(segments._pieces(BatchFacts(events), records, None, 100))
+    pieces = list(segments._pieces(BatchFacts(events=events), records, None, 100))
     assert len(pieces) == 1 and pieces[0][0].events == events
     assert pieces[0][0].records["step"].tolist() == [1, 2, 3, 4, 5]
     ordered = sorted(events, key=lambda e: e.line)
-    pieces = list(segments._pieces(BatchFacts(ordered), records, None, 100))
+    pieces = list(segments._pieces(BatchFacts(events=ordered), records, None, 100))
     assert [[e.line for e in p.events] for p, _, _ in pieces] == [[15], [25], [45]]
     assert [p.records["line"].tolist() for p, _, _ in pieces] == [[10, 20], [30, 40], [50]]
     assert [size for _, _, size in pieces] == [0, 0, 100]

@@ -422,7 +422,9 @@ def _pieces(
         last_event = int(np.searchsorted(event_lines, lines[end - 1], side="right"))
         last_skip = int(np.searchsorted(skips.line, lines[end - 1], side="right"))
         piece = BatchFacts(
-            events[first_event:last_event], path=facts.path, skip_counts=skips.where(slice(first_skip, last_skip))
+            events=events[first_event:last_event],
+            path=facts.path,
+            skip_counts=skips.where(slice(first_skip, last_skip)),
         )
         yield _carrying(piece, {name: col[start:end] for name, col in records.items()}), None, 0
         start, first_event, first_skip = end, last_event, last_skip

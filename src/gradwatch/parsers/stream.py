@@ -44,11 +44,12 @@ LOCK_AFTER_RECORDS = 20
 _MAX_RESCANS = 8
 
 
-@dataclass
-class Batch:
-    """What one stretch of a file said: records, events, and the clock as the log showed it."""
+@dataclass(kw_only=True)
+class BatchFacts:
+    """What one stretch of a file said besides its records: events, and the clock as the log
+    showed it. A worker sends these beside its records (numpy columns), so that only the main
+    process, which runs the detectors, builds frames and imports pandas."""
 
-    records: pd.DataFrame
     events: list[Event] = field(default_factory=list)
     #: time of the latest timestamped line (any line), for stall detection in archived logs
     last_ts: float | None = None
@@ -60,22 +61,16 @@ class Batch:
     #: DeepSpeed's cumulative skip counters, in line order
     skip_counts: SkipCounts = field(default_factory=SkipCounts.empty)
 
-
-@dataclass
-class BatchFacts:
-    """A `Batch` but for its records: what a worker sends beside them (numpy columns), so
-    that only the main process, which runs the detectors, builds frames and imports pandas."""
-
-    events: list[Event] = field(default_factory=list)
-    last_ts: float | None = None
-    last_step_ts: float | None = None
-    last_step: int | None = None
-    path: str = ""
-    skip_counts: SkipCounts = field(default_factory=SkipCounts.empty)
-
     def framed(self, records: pd.DataFrame) -> Batch:
         """The batch of these facts and `records`."""
-        return Batch(records, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        return Batch(records, **{f.name: getattr(self, f.name) for f in dataclasses.fields(BatchFacts)})
+
+
+@dataclass
+class Batch(BatchFacts):
+    """What one stretch of a file said: records, events, and the clock as the log showed it."""
+
+    records: pd.DataFrame
 
 
 class LogStream:
@@ -220,7 +215,14 @@ class LogStream:
             return BatchFacts(path=self.path), None
         events, out.events = out.events, []
         skips = out.skip_counts.take()
-        facts = BatchFacts(events, out.last_ts, out.last_step_ts, out.last_step, self.path, skips)
+        facts = BatchFacts(
+            events=events,
+            last_ts=out.last_ts,
+            last_step_ts=out.last_step_ts,
+            last_step=out.last_step,
+            path=self.path,
+            skip_counts=skips,
+        )
         return facts, self._aux if main_seen else frozenset()
 
     def _hold(self, partial: bytes) -> None:
