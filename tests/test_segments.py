@@ -321,6 +321,27 @@ def test_an_overflow_like_one_before_a_stretch_of_chatter_is_counted_as_one_proc
 
 
 @pytest.mark.usefixtures("small_segments")
+def test_an_overflow_replayed_after_a_resume_is_counted_again(tmp_path: Path) -> None:
+    """The job dies after an overflow and resumes from a checkpoint before it; the replayed step
+    overflows again at the same scale. That is a new overflow, not a rank's copy (a record came
+    between them), for one process as for the worker whose warm-up begins after the first."""
+    lines = list(generate(RunSpec(fmt="megatron-deepspeed", steps=4000, seed=3)))
+    records = {int(m.group(1)): i for i, line in enumerate(lines) if (m := re.match(r" iteration\s+(\d+)/", line))}
+    first, second = [i for i, line in enumerate(lines) if "OVERFLOW" in line and i > 100][:2]
+    step = next(s for s, i in sorted(records.items()) if i > first)
+    crash = max(i for i in records.values() if i < second)
+    resumed = [f"loading checkpoint from /ckpt at iteration {step - 10}\n", *lines[records[step - 10] + 1 :]]
+    path = tmp_path / "replayed.log"
+    path.write_text("".join(lines[: crash + 1] + resumed))
+    stream = LogStream(new_parsers(), str(path))
+    stream.feed(path.read_bytes())  # one block: the records between the two are read in bulk
+    stream.close()
+    replayed = [e for e in stream.take().events if e.kind == EventKind.OVERFLOW and e.step == step]
+    assert len(replayed) == 2 * lines[first:crash].count(lines[first]) > 0
+    _same(path)
+
+
+@pytest.mark.usefixtures("small_segments")
 @pytest.mark.parametrize("bars", [True, False])
 def test_overflows_printed_by_two_ranks_are_one_after_a_wrong_guess(tmp_path: Path, bars: bool) -> None:
     """HF dicts logged every 10 steps with stale bars after them (their counts 2 steps late, as

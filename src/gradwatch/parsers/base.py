@@ -55,6 +55,9 @@ class ParseOutput:
     #: time of the latest record: its own timestamp, or else the first timestamped line after it
     last_step_ts: float | None = None
     step_ts_pending: bool = False
+    #: line of the latest record, or of the bulk record before a line read one by one: that a
+    #: record came between two lines (numbered as this stream counts, so compared only within it)
+    last_record_line: int = 0
 
     def record(
         self,
@@ -74,6 +77,7 @@ class ParseOutput:
         step = _valid_step(step)
         self.records.add(step, line, ts, metrics, nonfinite, parser)
         self.counts[parser] = self.counts.get(parser, 0) + 1
+        self.last_record_line = max(self.last_record_line, line)
         if step is not None:
             self.last_step = step
         self.last_step_ts, self.step_ts_pending = ts, ts is None
@@ -90,6 +94,8 @@ class ParseOutput:
         """Many records at once (the bulk path), in line order."""
         self.records.add_columns(steps, lines, ts, metrics, nonfinite, parser)
         self.counts[parser] = self.counts.get(parser, 0) + len(steps)
+        if len(lines):
+            self.last_record_line = max(self.last_record_line, int(lines[-1]))
         known = steps[steps >= 0]
         if len(known):
             self.last_step = int(known[-1])

@@ -45,18 +45,20 @@ class DeepSpeedParser(Parser):
 
     def __init__(self) -> None:
         # FP16_Optimizer prints "Grad overflow", "Reducing ..." and "Overflow detected" for one
-        # overflow (and every rank repeats them): count each (step, scale) once.
-        self._last_overflow: tuple[int | None, float] | None = None
+        # overflow (and every rank repeats them): count each (step, scale) once, until a record
+        # (after a resume the replayed step may overflow again): (step, scale, the latest record's line)
+        self._last_overflow: tuple[int | None, float, int] | None = None
 
     def _next_step(self, out: ParseOutput) -> int | None:
         return None if out.last_step is None else out.last_step + 1
 
     def carried(self, out: ParseOutput) -> tuple[object, ...] | None:
-        """The overflow that a copy at the next step would repeat, if one was read since the
-        latest step: it may lie before a segment's warm-up (a stretch of chatter), and a worker
-        whose memory is older would count its copy again."""
-        live = self._last_overflow is not None and self._last_overflow[0] == self._next_step(out)
-        return (self._last_overflow if live else None,)
+        """The overflow that a copy would repeat, if one was read since the latest record: it
+        may lie before a segment's warm-up (a stretch of chatter), and a worker whose memory is
+        older would count its copy again. (An older one is no longer repeated by anything.)"""
+        memory = self._last_overflow
+        live = memory is not None and len(memory) == 3 and memory[2] == out.last_record_line
+        return (memory[:2] if memory is not None and live else None,)
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if "verflow" in text or "loss scale" in text:
@@ -169,7 +171,7 @@ class DeepSpeedParser(Parser):
         hysteresis: bool,
     ) -> None:
         step = self._next_step(out)
-        key = (step, attempted)
+        key = (step, attempted, out.last_record_line)
         if key == self._last_overflow:
             return
         self._last_overflow = key

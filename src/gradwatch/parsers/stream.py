@@ -317,6 +317,7 @@ class LogStream:
                     taken[i] = False  # a bulk-shaped line inside a multi-line record
                     i += 1
                 if i and taken[i - 1] and bulk_parser is not None:
+                    out.last_record_line = max(out.last_record_line, int(linenos[i - 1]))
                     if last_line_step < starts[i - 1]:
                         out.last_step = hits.step(i - 1)
                     if last_line_record < starts[i - 1]:
