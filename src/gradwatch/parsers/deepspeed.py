@@ -57,8 +57,9 @@ class DeepSpeedParser(Parser):
         may lie before a segment's warm-up (a stretch of chatter), and a worker whose memory is
         older would count its copy again. (An older one is no longer repeated by anything.)"""
         memory = self._last_overflow
-        live = memory is not None and len(memory) == 3 and memory[2] == out.last_record_line
-        return (memory[:2] if memory is not None and live else None,)
+        if memory is None or len(memory) < 3 or memory[2] != out.last_record_line:
+            return (None,)  # (a 2-tuple: pickled by an older gradwatch, and no longer repeated)
+        return (memory[:2],)
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         if "verflow" in text or "loss scale" in text:

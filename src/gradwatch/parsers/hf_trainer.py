@@ -281,7 +281,8 @@ class HfTrainerParser(Parser):
         bars count steps: the first two dicts of the template's shape with a bar on the next
         line tell how many steps a dict stands for (`logging_steps`), and the first bar's count
         divided by it is that dict's number, counted on from the latest resume this parser saw
-        (after one, the bars count from its global step, and the dicts from the count then)."""
+        or was told of (`take_hint`): after one, the bars count from its global step, and the
+        dicts from the count then."""
         template = self._template
         if template is None or not self._bulk.locked:
             return

@@ -157,8 +157,8 @@ class LogStream:
 
     def guess(self, text: str, hints: dict[str, object] | None = None) -> None:
         """Before reading `text`, a stretch of lines before a segment: let each parser guess what
-        it carries from further back (`Parser.guess`), told `hints` (`hints`) of a stream that
-        read further than this one."""
+        it carries from further back (`Parser.guess`), first told `hints`: what the parsers of
+        a stream that read further than this one say (`hints`)."""
         for parser in self._active:
             if hints and parser.name in hints:
                 parser.take_hint(hints[parser.name])
