@@ -28,7 +28,7 @@ from tests.conftest import EXAMPLES, REAL
 
 def _parse(data: bytes, chunks: list[int] | None = None, every_line: bool = False, pickled: bool = False):
     """Format, records, events (with their times; after each batch's, its skip counters as
-    (line, step, skipped)) and the latest time and step of each batch;
+    (line, step, skipped)) and the clock of each batch (latest time, step, time of that step);
     `pickled`: the stream is pickled and restored after each chunk, as `scan` does between runs."""
     stream = LogStream(new_parsers())
     if every_line:
@@ -47,7 +47,7 @@ def _parse(data: bytes, chunks: list[int] | None = None, every_line: bool = Fals
         events += batch.events
         skips = batch.skip_counts
         events += zip(skips.line.tolist(), skips.step.tolist(), skips.skipped.tolist(), strict=True)
-        clocks.append((batch.last_ts, batch.last_step))
+        clocks.append((batch.last_ts, batch.last_step, batch.last_step_ts))
         if pickled:
             stream = pickle.loads(pickle.dumps(stream))
     records = pd.concat(frames, ignore_index=True)
@@ -69,8 +69,7 @@ def _assert_same(a, b) -> None:
     assert a[0] == b[0]
     pd.testing.assert_frame_equal(a[1], b[1], check_exact=True)  # times: to the bit, not to 1e-5
     assert a[2] == b[2]
-    # the latest time and step of each batch (of the last one when the input was cut differently);
-    # not `last_step_ts`, which the plain path (no `_pending_from`) does not fill in the same way
+    # the clock of each batch (of the last one when the input was cut differently)
     assert a[3] == b[3] if len(a[3]) == len(b[3]) else a[3][-1] == b[3][-1]
 
 
@@ -586,6 +585,42 @@ def test_a_record_without_time_after_a_rescan_takes_no_earlier_time() -> None:
         assert batch.last_step_ts is None, odd  # no dated line after the last record
 
 
+_RECORDS_WITHOUT_TIME = {
+    "megatron": " iteration {:8d}/  159576 | lm loss: 3.317482E+00 | loss scale: 65536.0 | grad norm: 1.0 |",
+    "hf_trainer": "{{'loss': 2.5, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': {}}}",
+}
+#: Dated lines after the last record, each read another way: one by one (an overflow), all at once
+#: (DeepSpeed's progress), skipped (a noise line), and a line whose date is not one (no time)
+_AFTER_THE_LAST_RECORD = {
+    "overflow": (_DS_OVERFLOW.replace("08:00:29", "09:00:01"), "2024-03-02 09:00:01.825"),
+    "progress": (_DS_PROGRESS.format(n=80).replace("10:32:28", "09:00:02"), "2024-03-02 09:00:02.543"),
+    "noise": ("[2024-03-02 09:00:03,000] [INFO] [engine.py:3000:save] saving a checkpoint", "2024-03-02 09:00:03"),
+    "no time": ("2024-13-45 99:99:99 a date that is none", None),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(_RECORDS_WITHOUT_TIME))
+@pytest.mark.parametrize("first", ["overflow", "progress", "noise"])
+def test_a_records_time_is_the_first_dated_line_after_it_wherever_the_input_is_cut(fmt: str, first: str) -> None:
+    """The latest record has no time of its own: it takes the first readable time after it,
+    whether that line is read one by one, all at once or skipped, and however the input was cut
+    into blocks (once the time of a later line won where the record was in an earlier block)."""
+    record = _RECORDS_WITHOUT_TIME[fmt]
+    after = [_AFTER_THE_LAST_RECORD["no time"][0], _AFTER_THE_LAST_RECORD[first][0]]
+    after += [line for name, (line, _) in _AFTER_THE_LAST_RECORD.items() if name not in (first, "no time")]
+    lines = [record.format(k) for k in range(1, 60)] + [_DS_PROGRESS.format(n=50)] + [record.format(60)] + after
+    data = "".join(line + "\n" for line in lines).encode()
+    expected = pd.Timestamp(_AFTER_THE_LAST_RECORD[first][1], tz="UTC").timestamp()
+    whole = _parse(data)
+    assert whole[0] == fmt and len(whole[1]) == 60
+    assert whole[3][-1][2] == expected
+    _assert_same(whole, _parse(data, every_line=True))
+    cuts = [i + 1 for i, byte in enumerate(data) if byte == ord("\n")][:-1]
+    for cut in [*cuts[-8:], *(c - 9 for c in cuts[-8:])]:  # at a line's end, and inside it
+        for every_line in (False, True):
+            assert _parse(data, [cut], every_line=every_line)[3][-1] == whole[3][-1], (cut, every_line)
+
+
 def test_a_stream_saved_before_skip_counters_were_columns_reads_on() -> None:
     """`scan` keeps streams between runs: one pickled without the skip counters' builder loads and counts."""
     stream = LogStream(new_parsers())
@@ -631,7 +666,7 @@ def test_the_last_time_of_a_block_is_that_of_its_last_dated_line(seed: int) -> N
     newlines = np.flatnonzero(codes == 10)
     dated = stream_module._dated_lines(newlines, codes)
     expected = next(
-        (ts for start in reversed(dated) if (ts := stream_module._line_time(text, start)[1]) is not None), None
+        (ts for start in reversed(dated) if (ts := stream_module._line_time(text, start)) is not None), None
     )
     assert stream_module._last_time(text, dated, codes, newlines, True) == expected
     assert stream_module._last_time(text, dated, codes, newlines, False) == expected
@@ -646,7 +681,7 @@ def test_each_kind_of_dated_line_gives_the_last_time_before_lines_without_one(li
     codes = np.frombuffer(text.encode(), dtype=np.uint8)
     newlines = np.flatnonzero(codes == 10)
     dated = stream_module._dated_lines(newlines, codes)
-    expected = stream_module._line_time(text, len("plain text\n"))[1]
+    expected = stream_module._line_time(text, len("plain text\n"))
     assert stream_module._last_time(text, dated, codes, newlines, True) == expected
 
 

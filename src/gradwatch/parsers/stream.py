@@ -255,9 +255,15 @@ class LogStream:
         lines = text.split("\n")
         lines.pop()  # the block ends with a newline: the last piece is empty
         parse = self._parse_line
+        out = self.out
+        end = -1  # where the line read last ends
         for offset, raw in enumerate(lines):
+            end += len(raw) + 1
             if raw:
+                before = out.records.added
                 parse(raw, first + offset)
+                if out.records.added != before and out.step_ts_pending:
+                    self._pending_from = end + 1
 
     def _candidate_lines(self, block: Block, lineno: int, depth: int = 0, base: int = 0) -> None:
         """Fast path: search the whole block for lines any parser could want, parse only those.
@@ -329,10 +335,10 @@ class LogStream:
                     self._parse_line(text[start:end], lineno)
                 if out.records.added != before:
                     last_line_record, new_record = start, True
+                    if out.step_ts_pending:
+                        self._pending_from = base + end + 1
                 if out.records.added != before or out.last_step != step_before:
                     last_line_step = start
-                if out.step_ts_pending:
-                    self._pending_from = base + end + 1
                 pos = start = end + 1
                 lineno += 1
                 if start >= len(text) or not self._collecting() or (new_record and self._reshaped(shape, depth)):
@@ -501,10 +507,14 @@ class LogStream:
         return False
 
     def _track_time(self, text: str, newlines: np.ndarray, codes: np.ndarray, ascii_only: bool) -> None:
-        """Clock facts that the skipped noise lines carry: the latest time, and a record's time.
+        """Clock facts of a block's lines, whichever way each was read: the latest time, and a
+        record's time.
 
-        A record without its own timestamp takes the time of the first timestamped line after it;
-        the log's "now" is its last timestamped line, whatever kind of line that is.
+        A record without its own timestamp takes the time of the first timestamped line after it
+        (from `_pending_from`, just after the latest record); the log's "now" is its last
+        timestamped line, whatever kind of line that is. Both are read here, after the block, by
+        one rule for every line: so they do not depend on where blocks are cut, nor on whether
+        a line was read one by one, in bulk, or skipped.
         """
         out = self.out
         dated = _dated_lines(newlines, codes)
@@ -529,8 +539,6 @@ class LogStream:
         text = clean(raw)
         out = self.out
         ts = timestamp(text)
-        if ts is not None and out.step_ts_pending:
-            out.last_step_ts, out.step_ts_pending = ts, False
         active = self._active
         for p in active:
             if p.collecting:
@@ -659,20 +667,21 @@ def _dated_lines(newlines: np.ndarray, codes: np.ndarray) -> list[int]:
     return starts[maybe].tolist()
 
 
-def _line_time(text: str, start: int) -> tuple[bool, float | None]:
-    """(whether the line at `start` begins with a date and time, its time)."""
+def _line_time(text: str, start: int) -> float | None:
+    """The time of the line at `start`, where it begins with a date and time that is one."""
     if not _TS_LINE.match(text, start):
-        return False, None
+        return None
     end = text.find("\n", start)
     line = clean(text[start : end if end >= 0 else None])
-    return True, timestamp(line[len(_TITAN) :] if line.startswith(_TITAN) else line)
+    return timestamp(line[len(_TITAN) :] if line.startswith(_TITAN) else line)
 
 
 def _first_time(text: str, dated: list[int], pos: int) -> float | None:
-    """The time of the first line from `pos` on that begins with a date (None: none does)."""
+    """The time of the first line from `pos` on that begins with a readable date and time
+    (None: none does)."""
     for start in dated[bisect_left(dated, pos) :]:
-        found, ts = _line_time(text, start)
-        if found:
+        ts = _line_time(text, start)
+        if ts is not None:
             return ts
     return None
 
@@ -699,7 +708,7 @@ def _last_time(text: str, dated: list[int], codes: np.ndarray, newlines: np.ndar
 def _latest_time(text: str, starts: list[int]) -> float | None:
     """The time of the last of the lines at `starts` that has one."""
     for start in reversed(starts):
-        ts = _line_time(text, start)[1]
+        ts = _line_time(text, start)
         if ts is not None:
             return ts
     return None
