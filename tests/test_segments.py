@@ -157,6 +157,46 @@ def test_a_worker_reads_its_segment_without_importing_pandas(tmp_path: Path, spe
     assert pandas_imported == "False"
 
 
+_CHECK_NOTING_PANDAS = """
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+from gradwatch import segments, workers
+from gradwatch.sources import archive
+
+workers.MIN_PARALLEL_BYTES, archive.CHUNK_BYTES, segments.SEGMENT_BYTES = 0, 48 << 10, 96 << 10
+submit, at_first_segment = ProcessPoolExecutor.submit, []
+
+
+def noting(self, fn, *args, **kwargs):
+    if fn is segments.read_segment and not at_first_segment:
+        at_first_segment.append("pandas" in sys.modules)
+    return submit(self, fn, *args, **kwargs)
+
+
+ProcessPoolExecutor.submit = noting
+sys.argv = ["gradwatch", "check", "--jobs", "2", "--output", "json", sys.argv[1]]
+try:
+    from gradwatch.cli import main
+
+    main()
+except SystemExit:
+    pass
+print(at_first_segment, "pandas" in sys.modules, file=sys.stderr)
+"""
+
+
+def test_check_hands_out_segments_before_it_imports_pandas(tmp_path: Path) -> None:
+    """`check --jobs 2` gives the workers their segments as soon as the head is parsed: loading
+    the settings (the detectors' classes) does not import pandas, and the detectors run on the
+    head only after the segments are out, so the workers need not wait the third of a second
+    pandas takes to import."""
+    path = _write(tmp_path, SPECS[0])
+    done = subprocess.run([sys.executable, "-c", _CHECK_NOTING_PANDAS, str(path)], capture_output=True, text=True)
+    assert done.stderr.splitlines()[-1] == "[False] True", done.stderr
+    assert json.loads(done.stdout)["files"][0]["records"] > 1000
+
+
 @pytest.mark.usefixtures("small_segments")
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.fmt}-{s.anomalies[0].kind}")
 def test_parallel_read_equals_sequential(tmp_path: Path, spec: RunSpec) -> None:

@@ -139,7 +139,9 @@ class SegmentReader:
         """Batches of the file from `head_end` on, in order, with line numbers continuing `stream`'s,
         each with the bytes it covers.
 
-        With the last batch comes the stream as it stands at the end of the file (else None).
+        With the last batch comes the stream as it stands at the end of the file (else None). The
+        first segments are handed out before this returns: the caller may run the detectors on
+        the head (and import pandas for them) while the workers read.
         """
         split = stream.segment_safe
         template = stream.snapshot()
@@ -158,12 +160,22 @@ class SegmentReader:
             for k, (a, b) in enumerate(bounds)
         ]
         self.segments += len(tasks)
-        yield from self._read(tasks, stream.lines, stream.carried() if split else None)
+        carried = stream.carried() if split else None
+        pending = deque(tasks)
+        in_flight: deque[tuple[_Task, Future[_Segment]]] = deque()
+        while pending and len(in_flight) < (self.jobs + 1 if split else 1):
+            task = pending.popleft()
+            in_flight.append((task, self._pool.submit(read_segment, task)))
+        return self._read(in_flight, pending, stream.lines, carried)
 
     def _read(
-        self, tasks: list[_Task], lines_before: int, carried: tuple[Any, ...] | None
+        self,
+        in_flight: deque[tuple[_Task, Future[_Segment]]],
+        pending: deque[_Task],
+        lines_before: int,
+        carried: tuple[Any, ...] | None,
     ) -> Iterator[tuple[Batch, LogStream | None, int]]:
-        """The batches of `tasks`, in order.
+        """The batches of the tasks handed out (`in_flight`), then of those `pending`, in order.
 
         `carried`: what the stream carries at the first task's start. The tasks are then read
         `jobs + 1` ahead, each guessing what its stream carries in, and kept while that is what
@@ -176,8 +188,6 @@ class SegmentReader:
         parsers of the newest stream known (the end of the last segment read) tell a guess
         (`LogStream.hints`: where an HF Trainer log resumed, which its dict count goes on from).
         """
-        in_flight: deque[tuple[_Task, Future[_Segment]]] = deque()
-        pending = deque(tasks)
         may_guess = guessing = carried is not None
         retry_after, read_in_order = 1, 0  # segments read in order before guessing again, and since the last guess
         held = True  # the last guess held (or none was wrong yet)
@@ -188,8 +198,6 @@ class SegmentReader:
                 task = dataclasses.replace(task, hints=before[1].hints_out)
             in_flight.append((task, self._pool.submit(read_segment, task)))
 
-        while pending and len(in_flight) < (self.jobs + 1 if guessing else 1):
-            hand_out(pending.popleft())
         while in_flight:
             task, future = in_flight.popleft()
             segment = self._result(future)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gradwatch.alerts import Severity
 from gradwatch.config import Settings
@@ -10,8 +11,10 @@ from gradwatch.errors import InputError, UsageError
 from gradwatch.pipeline import check_path
 from gradwatch.sinks.progress import CheckProgress
 from gradwatch.sinks.report import Report
-from gradwatch.sinks.snapshot import SnapshotWriter
 from gradwatch.sources.archive import expand_paths
+
+if TYPE_CHECKING:
+    from gradwatch.sinks.snapshot import SnapshotWriter
 
 
 def run_check(

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import Detector, DetectorConfig, columns
@@ -96,6 +95,8 @@ class LogitNormDrift(Detector):
         if n == 0:
             return None
         meds = np.median(values[: n * size].reshape(n, size), axis=1)
+        import pandas as pd  # here: `check` hands work to its workers before pandas is imported
+
         loss_meds = pd.DataFrame(losses[: n * size].reshape(n, size)).median(axis=1).to_numpy()  # NaN-aware
         # the lowest block median so far (this block included) and the loss median of that block
         prev_low = np.minimum.accumulate(np.concatenate([[b.low], meds]))
