@@ -599,6 +599,22 @@ _AFTER_THE_LAST_RECORD = {
 }
 
 
+def _clock_wherever_cut(data: bytes) -> tuple:
+    """The final clock of `data` (latest time, step, time of that step), asserted the same on the
+    plain path, and cut into two blocks near the end, at a line's end or inside a line."""
+    whole = _parse(data)
+    _assert_same(whole, _parse(data, every_line=True))
+    cuts = [i + 1 for i, byte in enumerate(data) if byte == ord("\n")][:-1]
+    for cut in [*cuts[-8:], *(c - 9 for c in cuts[-8:])]:
+        for every_line in (False, True):
+            assert _parse(data, [cut], every_line=every_line)[3][-1] == whole[3][-1], (cut, every_line)
+    return whole[3][-1]
+
+
+def _utc(text: str) -> float:
+    return pd.Timestamp(text, tz="UTC").timestamp()
+
+
 @pytest.mark.parametrize("fmt", sorted(_RECORDS_WITHOUT_TIME))
 @pytest.mark.parametrize("first", ["overflow", "progress", "noise"])
 def test_a_records_time_is_the_first_dated_line_after_it_wherever_the_input_is_cut(fmt: str, first: str) -> None:
@@ -610,15 +626,40 @@ def test_a_records_time_is_the_first_dated_line_after_it_wherever_the_input_is_c
     after += [line for name, (line, _) in _AFTER_THE_LAST_RECORD.items() if name not in (first, "no time")]
     lines = [record.format(k) for k in range(1, 60)] + [_DS_PROGRESS.format(n=50)] + [record.format(60)] + after
     data = "".join(line + "\n" for line in lines).encode()
-    expected = pd.Timestamp(_AFTER_THE_LAST_RECORD[first][1], tz="UTC").timestamp()
-    whole = _parse(data)
-    assert whole[0] == fmt and len(whole[1]) == 60
-    assert whole[3][-1][2] == expected
-    _assert_same(whole, _parse(data, every_line=True))
-    cuts = [i + 1 for i, byte in enumerate(data) if byte == ord("\n")][:-1]
-    for cut in [*cuts[-8:], *(c - 9 for c in cuts[-8:])]:  # at a line's end, and inside it
-        for every_line in (False, True):
-            assert _parse(data, [cut], every_line=every_line)[3][-1] == whole[3][-1], (cut, every_line)
+    assert _parse(data)[0] == fmt and len(_parse(data)[1]) == 60
+    assert _clock_wherever_cut(data)[2] == _utc(_AFTER_THE_LAST_RECORD[first][1])
+
+
+def test_a_ranks_copy_of_the_last_record_does_not_move_where_its_time_is_looked_for() -> None:
+    """Another rank prints the last iteration again after a dated line: the copy is dropped, so
+    the record's time is still that dated line's, not the one after the copy."""
+    record = _RECORDS_WITHOUT_TIME["megatron"]
+    lines = [record.format(k) for k in range(1, 61)]
+    lines += ["[2024-03-02 09:00:01,000] [INFO] between the copies", record.format(60)]
+    lines += ["[2024-03-02 09:00:05,000] [INFO] after the copy"]
+    data = "".join(line + "\n" for line in lines).encode()
+    assert len(_parse(data)[1]) == 60
+    assert _clock_wherever_cut(data)[1:] == (60, _utc("2024-03-02 09:00:01"))
+
+
+_CLOSED_BY_THE_NEXT_LINE = {
+    "composer": "[batch={k}/100]:\n\t Train loss/train/total: 3.1000\n\t Train l2_norm/grad/global: 1.0000\n",
+    "olmo": (
+        "2024-13-45 08:00:0{k}.000 node-025:0  olmo.train:908  INFO    [step={k}/100,epoch=0]\n"
+        "    train/CrossEntropyLoss=3.1\n    optim/total_grad_norm=1.0\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(_CLOSED_BY_THE_NEXT_LINE))
+def test_a_multi_line_record_takes_the_time_of_the_line_that_closes_it(fmt: str) -> None:
+    """A multi-line record is written when the line after it is read: that line is the first
+    after the record, and its time is the record's (OLMo's header here has a date that is none)."""
+    records = "".join(_CLOSED_BY_THE_NEXT_LINE[fmt].format(k=k) for k in range(1, 4))
+    dated = "[2024-03-02 09:00:01,000] [INFO] right after the last record\n[2024-03-02 09:00:05,000] [INFO] later\n"
+    data = (records + dated).encode()
+    assert _parse(data)[0] == fmt and len(_parse(data)[1]) == 3
+    assert _clock_wherever_cut(data)[1:] == (3, _utc("2024-03-02 09:00:01"))
 
 
 def test_a_stream_saved_before_skip_counters_were_columns_reads_on() -> None:

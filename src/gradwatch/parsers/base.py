@@ -58,6 +58,8 @@ class ParseOutput:
     #: line of the latest record, or of the bulk record before a line read one by one: that a
     #: record came between two lines (numbered as this stream counts, so compared only within it)
     last_record_line: int = 0
+    #: line of the last record that the latest `record_columns` wrote (a bulk reader may drop hits)
+    last_bulk_line: int = 0
 
     def record(
         self,
@@ -95,7 +97,8 @@ class ParseOutput:
         self.records.add_columns(steps, lines, ts, metrics, nonfinite, parser)
         self.counts[parser] = self.counts.get(parser, 0) + len(steps)
         if len(lines):
-            self.last_record_line = max(self.last_record_line, int(lines[-1]))
+            self.last_bulk_line = int(lines[-1])
+            self.last_record_line = max(self.last_record_line, self.last_bulk_line)
         known = steps[steps >= 0]
         if len(known):
             self.last_step = int(known[-1])

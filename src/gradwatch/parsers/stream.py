@@ -258,12 +258,12 @@ class LogStream:
         out = self.out
         end = -1  # where the line read last ends
         for offset, raw in enumerate(lines):
-            end += len(raw) + 1
+            start, end = end + 1, end + len(raw) + 1
             if raw:
                 before = out.records.added
                 parse(raw, first + offset)
-                if out.records.added != before and out.step_ts_pending:
-                    self._pending_from = end + 1
+                if out.records.added != before:
+                    self._wait_for_time(start, end, first + offset)
 
     def _candidate_lines(self, block: Block, lineno: int, depth: int = 0, base: int = 0) -> None:
         """Fast path: search the whole block for lines any parser could want, parse only those.
@@ -319,6 +319,7 @@ class LogStream:
                         if out.records.added != before:  # the record it closed ends before this line
                             last_line_record = last_line_step = start - 1
                             new_record = True
+                            self._wait_for_time(base + start, base + end, lineno)
                         break
                     taken[i] = False  # a bulk-shaped line inside a multi-line record
                     i += 1
@@ -335,8 +336,7 @@ class LogStream:
                     self._parse_line(text[start:end], lineno)
                 if out.records.added != before:
                     last_line_record, new_record = start, True
-                    if out.step_ts_pending:
-                        self._pending_from = base + end + 1
+                    self._wait_for_time(base + start, base + end, lineno)
                 if out.records.added != before or out.last_step != step_before:
                     last_line_step = start
                 pos = start = end + 1
@@ -409,23 +409,28 @@ class LogStream:
         """Record the bulk hits `done` (indices), keeping the facts of later lines read one by one:
         `read_one_by_one` holds where the last one that wrote a record, and the last one that set
         the step (a record, or OLMo's marker of a record still open), begin; `text` begins at `base`
-        of the block `_track_time` reads."""
+        of the block `_track_time` reads. "Later" is after the last hit the parser recorded: it
+        may drop some (another rank's copy of a record)."""
         if not done or parser is None:
             return
         out = self.out
-        last_record, last_step = (at > starts[done[-1]] for at in read_one_by_one)
         saved = (out.last_step, out.last_step_ts, out.step_ts_pending)
         if len(done) < len(hits):  # (else all of them: indices are distinct and ascending)
             hits, linenos = hits.subset(done), linenos[done]
+        added = out.records.added
         parser.bulk_records(text, hits, linenos, out)
         if not self._locked and out.counts.get(parser.name, 0) >= LOCK_AFTER_RECORDS:
             self._lock_format(parser)
+        if out.records.added == added:
+            return  # no record written: the facts are those of the lines before
+        last_hit = starts[done[int(np.searchsorted(linenos, out.last_bulk_line))]]
+        last_record, last_step = (at > last_hit for at in read_one_by_one)
         if last_step:
             out.last_step = saved[0]
         if last_record:
             out.last_step_ts, out.step_ts_pending = saved[1:]
         elif out.step_ts_pending:
-            self._pending_from = base + text.find("\n", starts[done[-1]]) + 1
+            self._pending_from = base + text.find("\n", last_hit) + 1
 
     def _outside(
         self, block: Block, starts: list[int], ends: list[int], covered: np.ndarray
@@ -505,6 +510,15 @@ class LogStream:
             if p.collecting:
                 return True
         return False
+
+    def _wait_for_time(self, start: int, end: int, lineno: int) -> None:
+        """A record was written while the line `lineno` (from `start` to its newline at `end`, in
+        the block `_track_time` reads) was read: where that record has no time of its own, the
+        first dated line after it is searched for from the line after this one, or from this one
+        where the record ended before it (a multi-line record, closed by the line after its last)."""
+        out = self.out
+        if out.step_ts_pending:
+            self._pending_from = start if out.last_record_line < lineno else end + 1
 
     def _track_time(self, text: str, newlines: np.ndarray, codes: np.ndarray, ascii_only: bool) -> None:
         """Clock facts of a block's lines, whichever way each was read: the latest time, and a
