@@ -676,6 +676,10 @@ def test_a_stream_saved_before_skip_counters_were_columns_reads_on() -> None:
 
 _DATED = [
     "[rank0]:[titan] 2024-03-02 08:01:00,481 - root - INFO - step:  3  loss: 10.88",
+    " [2024-04-06 03:02:12] iteration       71/     100 | Megatron-LM's time after a space",
+    "nid005143:0 out: [titan] 2024-03-02 08:03:00,000 - LUMI's prefix",
+    "[NeMo W 2024-03-02 09:00:00 nemo_logging:349] NeMo's tag",
+    "  [2024-03-02 09:00:00] two spaces: not a dated line",
     "[2024-03-02 10:32:28,543] [INFO] [logging.py:60:log_dist] [Rank 0] step=20",
     "2024-03-02T10:40:00 a plain dated line",
     "2024-03-02_10:40:01 an underscore",
@@ -746,6 +750,28 @@ def test_the_logs_clock_is_its_last_dated_line_torchtitans_included() -> None:
             pos += size
         stream.close()
         assert stream.out.last_ts == expected, chunks
+
+
+#: dated lines of each shape a parser reads a time from, with that time
+_READABLE_DATES = {
+    " [2024-04-06 03:02:12] iteration       71/     100 | lm loss: 1.818812E+00 |": "2024-04-06 03:02:12",
+    "nid005143:0 out: [titan] 2024-03-02 08:03:00,000 - root - INFO - step:  3  loss:  3.54399": "2024-03-02 08:03",
+    "[NeMo I 2024-03-02 09:00:00 model_checkpoint:497] Scheduled async checkpoint save": "2024-03-02 09:00",
+    "(pretraining, pid=4112) [2024-03-02 10:00:00,250] [INFO] a Ray worker's line": "2024-03-02 10:00:00.250",
+    "[rank0]:[titan] 2024-03-02 08:01:00,481 - root - INFO - step:  3  loss: 10.88": "2024-03-02 08:01:00.481",
+}
+
+
+@pytest.mark.parametrize("line", sorted(_READABLE_DATES))
+def test_the_logs_clock_is_the_time_of_its_last_dated_line_of_any_shape(line: str) -> None:
+    """Every shape of dated line that a parser reads a time from is a dated line of the log's
+    clock too, wherever the input is cut: one that only a parser read (NeMo's tag, LUMI's prefix)
+    set the clock when it was the block's last dated line and lost it to an earlier one in the
+    same block (and `--jobs 2` warned of a stall that `--jobs 1` did not see); Megatron-LM's
+    timed lines, after a space, were no dated lines at all."""
+    earlier = "[2024-03-02 07:00:00,000] [INFO] an earlier dated line\n"
+    data = (earlier * 3 + line + "\nplain text\n").encode()
+    assert _clock_wherever_cut(data)[0] == _utc(_READABLE_DATES[line])
 
 
 @settings(max_examples=300, deadline=None)

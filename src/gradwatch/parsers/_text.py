@@ -10,9 +10,10 @@ import numpy as np
 
 # Launcher prefixes seen in real logs, outermost first: torch.distributed `[default7]:`, `[rank0]:`,
 # srun --label `0: `, LUMI `nid005143:0 out: `, Ray `(pretraining, pid=4112) `. They may nest.
-_PREFIX = re.compile(
-    r"^(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+|nid\d+:\d+ (?:out|err): |\([\w.-]+, pid=\d+(?:, ip=[\d.]+)?\)\s)+"
+PREFIXES = (
+    r"(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+|nid\d+:\d+ (?:out|err): |\([\w.-]+, pid=\d+(?:, ip=[\d.]+)?\)\s)+"
 )
+_PREFIX = re.compile(f"^{PREFIXES}")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _TS = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[ T_-](\d\d):?(\d\d):?(\d\d)(?:[.,](\d{1,6}))?")
 

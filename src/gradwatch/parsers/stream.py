@@ -24,7 +24,7 @@ import numpy as np
 from gradwatch.events import Event, EventKind, SkipCountBuilder, SkipCounts
 from gradwatch.parsers._arrow import arrow, numpy_of
 from gradwatch.parsers._bytes import line_starts
-from gradwatch.parsers._text import clean, timestamp
+from gradwatch.parsers._text import PREFIXES, clean, timestamp
 from gradwatch.parsers.base import AuxLines, Block, Hits, Matches, ParseOutput, Parser
 from gradwatch.parsers.keywords import Keywords, line_array
 from gradwatch.records import RecordBuilder
@@ -658,27 +658,35 @@ def _keywords(parsers: list[Parser]) -> Keywords | None:
     return Keywords([s for s in scans if s])
 
 
-# A line that starts with a date and time, after an optional launcher prefix (and torchtitan's
-# tag: its lines are a log's latest as much as any other's).
-_TS_LINE = re.compile(
-    r"^(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+)?(?:\[titan\] )?\[?\d{4}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M
-)
-#: torchtitan's logger tag, before the time on its lines
-_TITAN = "[titan] "
+# A line that starts with a date and time: after launcher prefixes (those `clean` strips), one
+# space (Megatron-LM's timed lines) and a logger's tag (torchtitan's, NeMo's), as `_line_time`
+# reads it. Every line a parser takes a time from for the log's clock is one.
+_TAGS = r"\[titan\] |\[NeMo [A-Z] "
+_TS_LINE = re.compile(rf"^(?:{PREFIXES})? ?(?:{_TAGS})?\[?\d{{4}}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M)
+#: the loggers' tags before a time (`_TS_LINE`), after a space or not
+_TAG = re.compile(rf" ?(?:{_TAGS})")
 
 
 def _dated_lines(newlines: np.ndarray, codes: np.ndarray) -> list[int]:
     """Starts of the lines of a block (`codes`, a byte per character; it ends with a newline)
     that may begin with a date.
 
-    Such a line begins with a digit or `[` (a date, or a launcher prefix before one), or with `?`
-    (which may stand for a digit of another script): found from the newlines at numpy speed, so
-    that a block without dates (JSON lines) costs no regex scan.
+    Such a line begins with a digit or `[` (a date, a launcher prefix or a tag before one), `n` or
+    `(` (LUMI's and Ray's prefixes), with `?` (which may stand for a digit of another script), or
+    with ` [` (Megatron-LM's time): found from the newlines at numpy speed, so that a block
+    without dates (JSON lines) costs no regex scan. (A date right after a space is taken by
+    `_TS_LINE` but not looked for: no trainer prints one, and tqdm's bars begin so: ` 10%|`.)
     """
     starts = np.concatenate([[0], newlines[:-1] + 1])
     first = codes[starts]
-    maybe = (first == ord("[")) | (first == ord("?")) | ((first >= ord("0")) & (first <= ord("9")))
+    maybe = np.isin(first, _MAY_BEGIN_A_DATED_LINE)
+    spaced = np.flatnonzero(first == ord(" "))
+    maybe[spaced] = codes[np.minimum(starts[spaced] + 1, len(codes) - 1)] == ord("[")
     return starts[maybe].tolist()
+
+
+#: the characters a dated line (`_TS_LINE`) may begin with, but a space
+_MAY_BEGIN_A_DATED_LINE = np.frombuffer(b"[?n(0123456789", dtype=np.uint8)
 
 
 def _line_time(text: str, start: int) -> float | None:
@@ -687,7 +695,8 @@ def _line_time(text: str, start: int) -> float | None:
         return None
     end = text.find("\n", start)
     line = clean(text[start : end if end >= 0 else None])
-    return timestamp(line[len(_TITAN) :] if line.startswith(_TITAN) else line)
+    tag = _TAG.match(line)
+    return timestamp(line[tag.end() :] if tag else line)
 
 
 def _first_time(text: str, dated: list[int], pos: int) -> float | None:
@@ -730,10 +739,6 @@ def _latest_time(text: str, starts: list[int]) -> float | None:
 
 #: `_last_time` reads this many of a block's last dated lines one by one before it asks RE2
 _LAST_LINES_TRIED = 8
-#: `_TS_LINE` for RE2 over one line of ASCII text: `\d` as [0-9], `\s` as `re` reads it there.
-#: A line that `re` takes only by reading on into the next one has no time of its own: not missed.
-_SPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f ]"
-_TS_LINE_RE2 = (
-    rf"^(?:\[(?:default|rank)[0-9]+\]:{_SPACE}?|[0-9]{{1,5}}:{_SPACE}+)?(?:\[titan\] )?"
-    r"\[?[0-9]{4}-[0-9][0-9]-[0-9][0-9][ T_-][0-9][0-9]:?[0-9][0-9]:?[0-9][0-9]"
-)
+#: For RE2 over one line of ASCII text, a superset of `_TS_LINE` (the lines with a date and time
+#: anywhere): `_latest_time` reads each line it finds as `_TS_LINE` does.
+_TS_LINE_RE2 = r"[0-9]{4}-[0-9][0-9]-[0-9][0-9][ T_-][0-9][0-9]:?[0-9][0-9]:?[0-9][0-9]"
