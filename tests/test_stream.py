@@ -555,6 +555,20 @@ def test_a_parser_that_is_not_the_files_format_reads_nothing_in_bulk() -> None:
     assert fast[0] == "megatron" and len(fast[1]) == 300
 
 
+@pytest.mark.parametrize(
+    "foreign", ["{'loss': 2.5, 'grad_norm': 1.0, 'learning_rate': 1e-05, 'epoch': 0.5}", '{"step": 7, "loss": 2.5}']
+)
+def test_a_line_of_another_format_after_the_records_that_lock_the_format_is_nobodys_record(foreign: str) -> None:
+    """The 20th record locks the file's format: a line of another trainer after it, in the same
+    block, is read by the file's parser alone, however the records before it were read (in
+    bulk they were counted only at the block's end, and the other parser took the line)."""
+    iteration = " iteration {:8d}/  159576 | lm loss: 3.317482E+00 | grad norm: 1.0 |\n"
+    data = ("".join(iteration.format(k) for k in range(1, 26)) + foreign + "\n").encode()
+    fast = _parse(data)
+    _assert_same(fast, _parse(data, every_line=True))
+    assert fast[0] == "megatron" and len(fast[1]) == 25 and fast[3][-1][1] == 25
+
+
 def test_a_short_block_with_the_pipes_of_a_record_is_read_as_the_plain_path_reads_it() -> None:
     """A tail appends a few bytes at a time: a block shorter than a record's head or keys."""
     data = "".join(generate(RunSpec(fmt="megatron-deepspeed", steps=100, seed=1))).encode()

@@ -308,6 +308,17 @@ class LogStream:
                     break
                 i = bisect_left(ends, found, i)  # the first bulk record not ending before it
                 start = text.rfind("\n", 0, found) + 1
+                if self._locked_by(bulk_parser, i, depth):  # (at most `i` records before this line)
+                    done = [k for k in range(i) if taken[k]]
+                    if self._locked_by(bulk_parser, len(done), depth):
+                        # the records before this line lock the file's format, as read one by one
+                        # they would have: record them, then read on from here with it locked
+                        read_one_by_one = (last_line_record, last_line_step)
+                        self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, read_one_by_one, base)
+                        self._write_aux(aux, start)
+                        lineno = first + int(np.searchsorted(block.newlines, start))
+                        self._candidate_lines(_rest(block, start), lineno, depth + 1, base + start)
+                        return
             new_record = False
             while True:  # this line, then every line while a multi-line record is open
                 end = text.find("\n", start)
@@ -494,6 +505,13 @@ class LogStream:
         match), and the rest of the block may still be searched again."""
         main = self._main_parser()
         return depth < _MAX_RESCANS and main is not None and main.bulk_shape() is not shape
+
+    def _locked_by(self, parser: Parser | None, hits: int, depth: int) -> bool:
+        """Whether `hits` more records of `parser`, the main parser reading in bulk, lock the
+        file's format (`_maybe_lock`), and the rest of the block may still be searched again."""
+        if self._locked or parser is None or depth >= _MAX_RESCANS:
+            return False
+        return self.out.counts.get(parser.name, 0) + hits >= LOCK_AFTER_RECORDS
 
     def _closes_at_hit(self, parser: Parser) -> bool:
         """Whether a line read one by one that reached a bulk hit of `parser` ends there: when
