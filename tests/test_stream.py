@@ -694,6 +694,7 @@ _DATED = [
     "nid005143:0 out: [titan] 2024-03-02 08:03:00,000 - LUMI's prefix",
     "[NeMo W 2024-03-02 09:00:00 nemo_logging:349] NeMo's tag",
     "  [2024-03-02 09:00:00] two spaces: not a dated line",
+    "2024-03-02 1\u0661:00:00 an Arabic-Indic digit, which re reads as one (and int() too)",
     "[2024-03-02 10:32:28,543] [INFO] [logging.py:60:log_dist] [Rank 0] step=20",
     "2024-03-02T10:40:00 a plain dated line",
     "2024-03-02_10:40:01 an underscore",
@@ -711,24 +712,44 @@ _DATED = [
 ]
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_the_last_time_of_a_block_is_that_of_its_last_dated_line(seed: int) -> None:
-    """`_last_time` asks RE2 for the dated lines of a long block: the time must be the one the
-    line-by-line reading gives (the last line whose own text has a readable date)."""
+def _dated(text: str, ascii_only: bool | None = None):
+    """The `_DatedLines` of a block `text`, with its codes as the stream makes them (`ascii_only`:
+    whether to read them as an ASCII block's, by default when the text is)."""
     from gradwatch.parsers import stream as stream_module
 
-    rng = random.Random(seed)
-    lines = [rng.choice(_DATED) if rng.random() < 0.7 else "plain text" for _ in range(rng.randint(1, 60))]
-    lines += rng.choice([[], [_DATED[0]] * 12, ["[rank0]: "] * 12])  # more than the lines tried one by one
-    text = "\n".join(lines) + "\n"
-    codes = np.frombuffer(text.encode(), dtype=np.uint8)
+    codes = np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8)
     newlines = np.flatnonzero(codes == 10)
-    dated = stream_module._dated_lines(newlines, codes)
-    expected = next(
-        (ts for start in reversed(dated) if (ts := stream_module._line_time(text, start)) is not None), None
+    starts = stream_module._dated_lines(newlines, codes)
+    return stream_module._DatedLines(
+        text, codes, newlines, text.isascii() if ascii_only is None else ascii_only, starts
     )
-    assert stream_module._last_time(text, dated, codes, newlines, True) == expected
-    assert stream_module._last_time(text, dated, codes, newlines, False) == expected
+
+
+def _times_one_by_one(text: str, starts: list[int]) -> list[float]:
+    from gradwatch.parsers import stream as stream_module
+
+    return [ts for start in starts if (ts := stream_module._line_time(text, start)) is not None]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_first_and_last_times_of_a_block_are_those_read_line_by_line(seed: int) -> None:
+    """`_DatedLines` asks RE2 for the dated lines of a long stretch: the first time from any line
+    on, and the last time of the block, must be those a match per line gives, whether the block
+    is ASCII or not (a `?` of its codes then stands for any character)."""
+    rng = random.Random(seed)
+    lines = [
+        rng.choice(_DATED) if rng.random() < 0.7 else rng.choice(["plain text", "nid1:2:3 NCCL"]) for _ in range(60)
+    ]
+    lines += rng.choice([[], [_DATED[0]] * 12, ["[rank0]: "] * 12, ["nid001:0 NCCL INFO"] * 12])
+    text = "\n".join(lines) + "\n"
+    line_starts = [0, *(k + 1 for k, c in enumerate(text[:-1]) if c == "\n")]
+    for ascii_only in (text.isascii(), False):  # (an ASCII text read as the other kind too)
+        dated = _dated(text, ascii_only)
+        times = _times_one_by_one(text, dated.starts)
+        assert dated.last_time() == (times[-1] if times else None)
+        for pos in line_starts[:: rng.randint(1, 9)]:
+            after = _times_one_by_one(text, [s for s in dated.starts if s >= pos])
+            assert dated.first_time(pos) == (after[0] if after else None), pos
 
 
 @pytest.mark.parametrize("after", [7, 8, 9, 30])
@@ -737,11 +758,29 @@ def test_each_kind_of_dated_line_gives_the_last_time_before_lines_without_one(li
     from gradwatch.parsers import stream as stream_module
 
     text = "\n".join(["plain text", line, *["[rank0]:[titan] no date here"] * after]) + "\n"
-    codes = np.frombuffer(text.encode(), dtype=np.uint8)
-    newlines = np.flatnonzero(codes == 10)
-    dated = stream_module._dated_lines(newlines, codes)
     expected = stream_module._line_time(text, len("plain text\n"))
-    assert stream_module._last_time(text, dated, codes, newlines, True) == expected
+    assert _dated(text).last_time() == expected
+    assert _dated(text).first_time(0) == expected
+
+
+@pytest.mark.parametrize("ascii_only", [True, False])
+def test_a_long_stretch_without_dates_is_not_read_line_by_line(
+    ascii_only: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LUMI's NCCL lines begin as a launcher prefix does: a block of them, with or without a tqdm
+    bar's characters, is searched by RE2, not matched line by line (that took longer than
+    reading the block)."""
+    from gradwatch.parsers import stream as stream_module
+
+    text = "[2024-03-02 08:00:00,000] first\n" + "nid005143:12345:12345 [0] NCCL INFO Channel\n" * 5000
+    text += "[2024-03-02 09:00:00,000] last\n"
+    read: list[int] = []
+    line_time = stream_module._line_time
+    monkeypatch.setattr(stream_module, "_line_time", lambda t, start: read.append(start) or line_time(t, start))
+    dated = _dated(text, ascii_only)
+    assert dated.first_time(40) == _utc("2024-03-02 09:00")
+    assert dated.last_time() == _utc("2024-03-02 09:00")
+    assert len(read) < 40
 
 
 def test_the_logs_clock_is_its_last_dated_line_torchtitans_included() -> None:

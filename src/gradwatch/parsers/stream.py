@@ -14,8 +14,9 @@ import heapq
 import pickle
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import accumulate, compress
 from typing import TYPE_CHECKING
 
@@ -549,13 +550,13 @@ class LogStream:
         a line was read one by one, in bulk, or skipped.
         """
         out = self.out
-        dated = _dated_lines(newlines, codes)
+        dated = _DatedLines(text, codes, newlines, ascii_only, _dated_lines(newlines, codes))
         if out.step_ts_pending and self._pending_from is not None:
-            ts = _first_time(text, dated, self._pending_from)
+            ts = dated.first_time(self._pending_from)
             if ts is not None:
                 out.last_step_ts, out.step_ts_pending = ts, False
         self._pending_from = 0 if out.step_ts_pending else None
-        last = _last_time(text, dated, codes, newlines, ascii_only)
+        last = dated.last_time()
         if last is not None:
             out.last_ts = last
 
@@ -717,46 +718,69 @@ def _line_time(text: str, start: int) -> float | None:
     return timestamp(line[tag.end() :] if tag else line)
 
 
-def _first_time(text: str, dated: list[int], pos: int) -> float | None:
-    """The time of the first line from `pos` on that begins with a readable date and time
-    (None: none does)."""
-    for start in dated[bisect_left(dated, pos) :]:
-        ts = _line_time(text, start)
-        if ts is not None:
-            return ts
-    return None
+@dataclass
+class _DatedLines:
+    """The lines of a block (`text`; `codes`, a byte per character; `newlines`) that may begin
+    with a date (`starts`, from `_dated_lines`), read for their times.
 
-
-def _last_time(text: str, dated: list[int], codes: np.ndarray, newlines: np.ndarray, ascii_only: bool) -> float | None:
-    """The time of the last line of `text` that begins with a readable date and time.
-
-    Usually one of the last lines. Where none of those is (a block of undated lines: NCCL
-    chatter, a traceback), the lines that `_TS_LINE` takes are found by RE2 at once in an ASCII
-    block (`codes`, ending lines at `newlines`), instead of by a match per line.
+    The time wanted is usually on one of the first or last few of them: those are read one by
+    one. Where none of those has one (NCCL chatter, a traceback, LUMI's NCCL lines, which begin
+    as its launcher prefix does), RE2 picks the dated lines at once, and only those are read: a
+    Python match per line over a block of such lines cost more than reading the block.
     """
-    recent, earlier = dated[-_LAST_LINES_TRIED:], dated[:-_LAST_LINES_TRIED]
-    found = _latest_time(text, recent)
-    if found is not None or not earlier:
-        return found
-    if ascii_only:
+
+    text: str
+    codes: np.ndarray
+    newlines: np.ndarray
+    ascii_only: bool
+    starts: list[int]
+
+    def first_time(self, pos: int) -> float | None:
+        """The time of the first line from `pos` on that begins with a readable date and time."""
+        at = bisect_left(self.starts, pos)
+        found = next(self._times(self.starts[at : at + _LINES_TRIED]), None)
+        if found is not None or at + _LINES_TRIED >= len(self.starts):
+            return found
+        picked = self._picked
+        return next(self._times(picked[bisect_left(picked, pos) :]), None)
+
+    def last_time(self) -> float | None:
+        """The time of the last line that begins with a readable date and time."""
+        found = next(self._times(reversed(self.starts[-_LINES_TRIED:])), None)
+        if found is not None or len(self.starts) <= _LINES_TRIED:
+            return found
+        return next(self._times(reversed(self._picked)), None)
+
+    def _times(self, starts: Iterable[int]) -> Iterator[float]:
+        """The times of the lines at `starts` that have one, in that order."""
+        for start in starts:
+            ts = _line_time(self.text, start)
+            if ts is not None:
+                yield ts
+
+    @cached_property
+    def _picked(self) -> list[int]:
+        """The lines `_TS_LINE` takes, found by RE2 at once (where the block is not ASCII, more:
+        a `?` of `codes` may be any character)."""
         _, pc = arrow()
-        index = np.searchsorted(newlines, np.array(earlier, dtype=np.int64))  # their lines
-        taken = pc.match_substring_regex(line_array(codes, newlines, index), _TS_LINE_RE2)
-        earlier = [earlier[i] for i in np.flatnonzero(numpy_of(taken)).tolist()]
-    return _latest_time(text, earlier)
+        index = np.searchsorted(self.newlines, np.array(self.starts, dtype=np.int64))  # their lines
+        pattern = _TS_LINE_RE2 if self.ascii_only else _TS_LINE_SHADOW
+        taken = pc.match_substring_regex(line_array(self.codes, self.newlines, index), pattern)
+        return [self.starts[i] for i in np.flatnonzero(numpy_of(taken)).tolist()]
 
 
-def _latest_time(text: str, starts: list[int]) -> float | None:
-    """The time of the last of the lines at `starts` that has one."""
-    for start in reversed(starts):
-        ts = _line_time(text, start)
-        if ts is not None:
-            return ts
-    return None
-
-
-#: `_last_time` reads this many of a block's last dated lines one by one before it asks RE2
-_LAST_LINES_TRIED = 8
-#: For RE2 over one line of ASCII text, a superset of `_TS_LINE` (the lines with a date and time
-#: anywhere): `_latest_time` reads each line it finds as `_TS_LINE` does.
-_TS_LINE_RE2 = r"[0-9]{4}-[0-9][0-9]-[0-9][0-9][ T_-][0-9][0-9]:?[0-9][0-9]:?[0-9][0-9]"
+#: how many of the lines nearest where a time is wanted `_DatedLines` reads before it asks RE2
+_LINES_TRIED = 8
+#: `\s` as `re` reads it on ASCII text (RE2's leaves out \v and \x1c-\x1f)
+_SPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f ]"
+#: `_TS_LINE` for RE2 over one line of an ASCII block: the same lines (a line that `re` takes
+#: only by reading on into the next one has no time of its own: not missed)
+_TS_LINE_RE2 = _TS_LINE.pattern.replace(r"\s", _SPACE)
+#: and over one line of another block's `codes`, where `?` stands for each character that is
+#: not ASCII: `\d`, `\w` and `\s` (which take some of those) take `?` too, a superset
+_TS_LINE_SHADOW = (
+    _TS_LINE.pattern.replace(r"[\d.]", "[0-9?.]")
+    .replace(r"[\w.-]", r"[\w?.-]")
+    .replace(r"\d", "[0-9?]")
+    .replace(r"\s", _SPACE[:-1] + "?]")
+)
