@@ -569,6 +569,35 @@ def test_a_line_of_another_format_after_the_records_that_lock_the_format_is_nobo
     assert fast[0] == "megatron" and len(fast[1]) == 25 and fast[3][-1][1] == 25
 
 
+def test_a_ranks_copy_after_many_changes_of_shape_and_the_lock_is_dropped_as_the_plain_path_drops_it() -> None:
+    """Records of three shapes (with and without the loss, cut short), one dated, ranks' copies,
+    and a line read one by one where the records before it lock the format: reading on from
+    that line took one of the block's rescans, the last one ran out before a copy was flushed,
+    and the copy, flushed after later records evicted the one it repeats, was kept."""
+    head = " iteration {:8d}/  159576 | consumed samples:       488048 | elapsed time per iteration (ms): 61947.6 | "
+    head += "learning rate: 6.000E-05 | global batch size:   176 "
+    tail = "| num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    shapes = {
+        "full": head + "| lm loss: 3.635094E+00 | loss scale: 65536.0 | grad norm: 23.4 " + tail,
+        "noloss": head + "| loss scale: 65536.0 | grad norm: nan " + tail,
+        "short": head,
+    }
+    steps = "9 10 12n 13 14 17n 18 19 20 64 65 66 67 68n 69 69 70 70 71d 72 E 72 74s 80 81s 94s 129 130n 134s 153"
+    steps += " 155s 156s 159 161n 173n 185s 188 189n"
+    lines = []
+    for token in steps.split():
+        if token == "E":
+            lines.append("[Eval batch=72/10] Eval on eval data")
+            continue
+        kind = {"n": "noloss", "s": "short"}.get(token[-1], "full")
+        line = shapes[kind].format(int(token.rstrip("nsd")))
+        lines.append(" [2024-03-02 08:04:42]" + line if token.endswith("d") else line)
+    data = "".join(line + "\n" for line in lines).encode()
+    fast = _parse(data)
+    _assert_same(fast, _parse(data, every_line=True))
+    assert fast[1].step.tolist().count(72) == 1
+
+
 def test_a_short_block_with_the_pipes_of_a_record_is_read_as_the_plain_path_reads_it() -> None:
     """A tail appends a few bytes at a time: a block shorter than a record's head or keys."""
     data = "".join(generate(RunSpec(fmt="megatron-deepspeed", steps=100, seed=1))).encode()

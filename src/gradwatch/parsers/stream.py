@@ -266,7 +266,9 @@ class LogStream:
                 if out.records.added != before:
                     self._wait_for_time(start, end, first + offset)
 
-    def _candidate_lines(self, block: Block, lineno: int, depth: int = 0, base: int = 0) -> None:
+    def _candidate_lines(
+        self, block: Block, lineno: int, depth: int = 0, base: int = 0, lock_tried: bool = False
+    ) -> None:
         """Fast path: search the whole block for lines any parser could want, parse only those.
 
         While a parser collects a multi-line record (OLMo, Composer, a traceback) every line is
@@ -277,6 +279,9 @@ class LogStream:
         what the bulk reader would match (the first records of a run, fp16 calibration records
         without a grad norm), the rest of the block is read again the fast way: `base` is where that
         rest begins in the block `_track_time` reads (the positions it is told are that block's).
+        So it is where the bulk records before a line read one by one lock the file's format, once
+        a block (`lock_tried`; some may be ranks' copies, which do not count): without taking one
+        of the rescans (`depth`) that the changes of shape may need.
         """
         text = block.text
         first = lineno  # the number of the block's first line
@@ -309,16 +314,16 @@ class LogStream:
                     break
                 i = bisect_left(ends, found, i)  # the first bulk record not ending before it
                 start = text.rfind("\n", 0, found) + 1
-                if self._locked_by(bulk_parser, i, depth):  # (at most `i` records before this line)
+                if not lock_tried and self._locked_by(bulk_parser, i):  # (at most `i` records before)
                     done = [k for k in range(i) if taken[k]]
-                    if self._locked_by(bulk_parser, len(done), depth):
+                    if self._locked_by(bulk_parser, len(done)):
                         # the records before this line lock the file's format, as read one by one
                         # they would have: record them, then read on from here with it locked
                         read_one_by_one = (last_line_record, last_line_step)
                         self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, read_one_by_one, base)
                         self._write_aux(aux, start)
                         lineno = first + int(np.searchsorted(block.newlines, start))
-                        self._candidate_lines(_rest(block, start), lineno, depth + 1, base + start)
+                        self._candidate_lines(_rest(block, start), lineno, depth, base + start, lock_tried=True)
                         return
             new_record = False
             while True:  # this line, then every line while a multi-line record is open
@@ -361,7 +366,7 @@ class LogStream:
             done = [k for k in range(i) if taken[k] and starts[k] < pos]
             self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step), base)
             self._write_aux(aux, pos)
-            self._candidate_lines(_rest(block, pos), lineno, depth + 1, base + pos)
+            self._candidate_lines(_rest(block, pos), lineno, depth + 1, base + pos, lock_tried)
             return
         done = list(compress(range(len(taken)), taken))
         self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step), base)
@@ -507,10 +512,10 @@ class LogStream:
         main = self._main_parser()
         return depth < _MAX_RESCANS and main is not None and main.bulk_shape() is not shape
 
-    def _locked_by(self, parser: Parser | None, hits: int, depth: int) -> bool:
+    def _locked_by(self, parser: Parser | None, hits: int) -> bool:
         """Whether `hits` more records of `parser`, the main parser reading in bulk, lock the
-        file's format (`_maybe_lock`), and the rest of the block may still be searched again."""
-        if self._locked or parser is None or depth >= _MAX_RESCANS:
+        file's format (`_maybe_lock`)."""
+        if self._locked or parser is None:
             return False
         return self.out.counts.get(parser.name, 0) + hits >= LOCK_AFTER_RECORDS
 
