@@ -839,6 +839,8 @@ _READABLE_DATES = {
     " [2024-04-06 03:02:12] iteration       71/     100 | lm loss: 1.818812E+00 |": "2024-04-06 03:02:12",
     "nid005143:0 out: [titan] 2024-03-02 08:03:00,000 - root - INFO - step:  3  loss:  3.54399": "2024-03-02 08:03",
     "[NeMo I 2024-03-02 09:00:00 model_checkpoint:497] Scheduled async checkpoint save": "2024-03-02 09:00",
+    "\x1b[32m[NeMo I 2024-03-02 09:00:00 model_checkpoint:497]\x1b[0m NeMo's colours on a terminal": "2024-03-02 09:00",
+    "\x1b[32m[titan] 2024-03-02 08:03:00,000 - root - INFO - step:  3  loss:  3.54399": "2024-03-02 08:03",
     "(pretraining, pid=4112) [2024-03-02 10:00:00,250] [INFO] a Ray worker's line": "2024-03-02 10:00:00.250",
     "[rank0]:[titan] 2024-03-02 08:01:00,481 - root - INFO - step:  3  loss: 10.88": "2024-03-02 08:01:00.481",
 }

@@ -682,11 +682,13 @@ def _keywords(parsers: list[Parser]) -> Keywords | None:
     return Keywords([s for s in scans if s])
 
 
-# A line that starts with a date and time: after launcher prefixes (those `clean` strips), one
-# space (Megatron-LM's timed lines) and a logger's tag (torchtitan's, NeMo's), as `_line_time`
-# reads it. Every line a parser takes a time from for the log's clock is one.
+# A line that starts with a date and time: after colour codes, launcher prefixes (those `clean`
+# strips), one space (Megatron-LM's timed lines) and a logger's tag (torchtitan's, NeMo's), as
+# `_line_time` reads it. Every line a parser takes a time from for the log's clock is one, but
+# for a dated piece after a tqdm bar and `\r` (the line's own start is the bar).
 _TAGS = r"\[titan\] |\[NeMo [A-Z] "
-_TS_LINE = re.compile(rf"^(?:{PREFIXES})? ?(?:{_TAGS})?\[?\d{{4}}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M)
+_COLOURS = r"(?:\x1b\[[0-9;]*m)*"  # a logger's colour codes before it all (NeMo's on a terminal)
+_TS_LINE = re.compile(rf"^{_COLOURS}(?:{PREFIXES})? ?(?:{_TAGS})?\[?\d{{4}}-\d\d-\d\d[ T_-]\d\d:?\d\d:?\d\d", re.M)
 #: the loggers' tags before a time (`_TS_LINE`), after a space or not
 _TAG = re.compile(rf" ?(?:{_TAGS})")
 
@@ -696,7 +698,8 @@ def _dated_lines(newlines: np.ndarray, codes: np.ndarray) -> list[int]:
     that may begin with a date.
 
     Such a line begins with a digit or `[` (a date, a launcher prefix or a tag before one), `n` or
-    `(` (LUMI's and Ray's prefixes), with `?` (which may stand for a digit of another script), or
+    `(` (LUMI's and Ray's prefixes), an escape (a colour), with `?` (which may stand for a digit
+    of another script), or
     with ` [` (Megatron-LM's time): found from the newlines at numpy speed, so that a block
     without dates (JSON lines) costs no regex scan. (A date right after a space is taken by
     `_TS_LINE` but not looked for: no trainer prints one, and tqdm's bars begin so: ` 10%|`.)
@@ -710,7 +713,7 @@ def _dated_lines(newlines: np.ndarray, codes: np.ndarray) -> list[int]:
 
 
 #: the characters a dated line (`_TS_LINE`) may begin with, but a space
-_MAY_BEGIN_A_DATED_LINE = np.frombuffer(b"[?n(0123456789", dtype=np.uint8)
+_MAY_BEGIN_A_DATED_LINE = np.frombuffer(b"[?n(0123456789\x1b", dtype=np.uint8)
 
 
 def _line_time(text: str, start: int) -> float | None:
