@@ -748,10 +748,7 @@ def _dated(text: str, ascii_only: bool | None = None):
 
     codes = np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8)
     newlines = np.flatnonzero(codes == 10)
-    starts = stream_module._dated_lines(newlines, codes)
-    return stream_module._DatedLines(
-        text, codes, newlines, text.isascii() if ascii_only is None else ascii_only, starts
-    )
+    return stream_module._DatedLines(text, codes, newlines, text.isascii() if ascii_only is None else ascii_only)
 
 
 def _times_one_by_one(text: str, starts: list[int]) -> list[float]:

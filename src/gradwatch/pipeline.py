@@ -241,18 +241,17 @@ def _read_split(
         head = next(chunks, b"")
         cut = head.rfind(b"\n") + 1
         check.parse(head[:cut])
-        if reader is not None and cut and segments.stream_ready(check.stream):
-            batches = reader.batches(check.stream, cut)
-            alerts = check.run_parsed()
-            advance(cut)
+        split = reader is not None and cut > 0 and segments.stream_ready(check.stream)
+        batches = reader.batches(check.stream, cut) if reader is not None and split else iter(())
+        alerts = check.run_parsed()
+        advance(cut)
+        if split:
             for batch, final, size in batches:
                 alerts += check.feed_batch(batch)
                 advance(size)
                 if final is not None:
                     check.stream = final
             return alerts
-        alerts = check.run_parsed()
-        advance(cut)
     alerts += check.feed(head[cut:])
     advance(len(head) - cut)
     for chunk in chunks:

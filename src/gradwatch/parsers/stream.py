@@ -555,7 +555,7 @@ class LogStream:
         a line was read one by one, in bulk, or skipped.
         """
         out = self.out
-        dated = _DatedLines(text, codes, newlines, ascii_only, _dated_lines(newlines, codes))
+        dated = _DatedLines(text, codes, newlines, ascii_only)
         if out.step_ts_pending and self._pending_from is not None:
             ts = dated.first_time(self._pending_from)
             if ts is not None:
@@ -698,11 +698,11 @@ def _dated_lines(newlines: np.ndarray, codes: np.ndarray) -> list[int]:
     that may begin with a date.
 
     Such a line begins with a digit or `[` (a date, a launcher prefix or a tag before one), `n` or
-    `(` (LUMI's and Ray's prefixes), an escape (a colour), with `?` (which may stand for a digit
-    of another script), or
-    with ` [` (Megatron-LM's time): found from the newlines at numpy speed, so that a block
-    without dates (JSON lines) costs no regex scan. (A date right after a space is taken by
-    `_TS_LINE` but not looked for: no trainer prints one, and tqdm's bars begin so: ` 10%|`.)
+    `(` (LUMI's and Ray's prefixes), an escape (a colour), `?` (which may stand for a digit of
+    another script), or ` [` (Megatron-LM's time): found from the newlines at numpy speed, so
+    that a block without dates (JSON lines) costs no regex scan. (A date right after a space is
+    taken by `_TS_LINE` but not looked for: no trainer prints one, and tqdm's bars begin so:
+    ` 10%|`.)
     """
     starts = np.concatenate([[0], newlines[:-1] + 1])
     first = codes[starts]
@@ -729,7 +729,7 @@ def _line_time(text: str, start: int) -> float | None:
 @dataclass
 class _DatedLines:
     """The lines of a block (`text`; `codes`, a byte per character; `newlines`) that may begin
-    with a date (`starts`, from `_dated_lines`), read for their times.
+    with a date (`starts`, `_dated_lines`), read for their times.
 
     The time wanted is usually on one of the first or last few of them: those are read one by
     one. Where none of those has one (NCCL chatter, a traceback, LUMI's NCCL lines, which begin
@@ -741,7 +741,10 @@ class _DatedLines:
     codes: np.ndarray
     newlines: np.ndarray
     ascii_only: bool
-    starts: list[int]
+    starts: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.starts = _dated_lines(self.newlines, self.codes)
 
     def first_time(self, pos: int) -> float | None:
         """The time of the first line from `pos` on that begins with a readable date and time."""
