@@ -71,11 +71,14 @@ def texts_at(codes: np.ndarray, positions: np.ndarray, texts: tuple[bytes, ...] 
     if not column:
         return ok
     words = np.ndarray((max(len(codes) - 7, 0),), dtype="<u8", buffer=codes, strides=(1,))  # unaligned
-    at = positions[:, column]
+    # row-major, as `positions[:, column]` is not: a gather through a flat index in memory order
+    # takes half the time of one through the transposed layout numpy gives a column selection
+    at = np.ascontiguousarray(positions[:, column])
     at += np.array(offsets)
     if len(at) and not (at.min() >= 0 and at.max() < len(words)):  # some text has no room there
         ok &= ((at >= 0) & (at < len(words))).all(axis=1)
         at[~ok] = 0
         if not len(words):
             return ok
-    return ok & (words[at] == np.array(expected, dtype=np.uint64)).all(axis=1)
+    found = words[at.ravel()].reshape(at.shape)
+    return ok & (found == np.array(expected, dtype=np.uint64)).all(axis=1)
