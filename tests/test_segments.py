@@ -41,7 +41,8 @@ SETTINGS = config.load()
 @pytest.fixture
 def small_segments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workers, "MIN_PARALLEL_BYTES", 0)
-    monkeypatch.setattr(archive, "CHUNK_BYTES", 48 << 10)  # the first chunk is read before the split
+    monkeypatch.setattr(archive, "CHUNK_BYTES", 48 << 10)
+    monkeypatch.setattr(segments, "HEAD_BYTES", 48 << 10)  # the first chunk is read before the split
     monkeypatch.setattr(segments, "SEGMENT_BYTES", 96 << 10)
     monkeypatch.setattr(segments, "IN_ORDER_BYTES", 64 << 10)
     monkeypatch.setattr(segments, "BATCH_RECORDS", 97)  # a segment's batch reaches the detectors in pieces
@@ -162,9 +163,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 
 from gradwatch import segments, workers
-from gradwatch.sources import archive
 
-workers.MIN_PARALLEL_BYTES, archive.CHUNK_BYTES, segments.SEGMENT_BYTES = 0, 48 << 10, 96 << 10
+workers.MIN_PARALLEL_BYTES, segments.HEAD_BYTES, segments.SEGMENT_BYTES = 0, 48 << 10, 96 << 10
 submit, at_first_segment = ProcessPoolExecutor.submit, []
 
 
@@ -356,7 +356,7 @@ def test_an_overflow_like_one_before_a_stretch_of_chatter_is_counted_as_one_proc
     cut = records[40] + 1  # the head (48 KiB) ends in the stretch, after its first overflow only
     path = tmp_path / "chatter.log"
     path.write_text("".join(lines[:cut] + stretch + lines[cut:]))
-    assert len("".join(lines[:cut])) < archive.CHUNK_BYTES < len("".join(lines[:cut] + stretch[:602]))
+    assert len("".join(lines[:cut])) < segments.HEAD_BYTES < len("".join(lines[:cut] + stretch[:602]))
     _same(path)
 
 
@@ -464,7 +464,7 @@ def test_a_traceback_open_from_the_head_on_is_told_by_its_parser(tmp_path: Path)
     differs (`LogStream.carried`): the file is read in order from there."""
     lines = list(generate(RunSpec(fmt="jsonl", steps=3000, seed=33, timestamps=False)))
     head = 0  # the lines the main process reads itself: those whole in its first chunk
-    while len("".join(lines[: head + 1])) <= archive.CHUNK_BYTES:
+    while len("".join(lines[: head + 1])) <= segments.HEAD_BYTES:
         head += 1
     frames = [
         f'  File "/opt/model/layers.py", line {i}, in forward_{i}\n    return self.inner(x)\n' for i in range(3000)
@@ -564,7 +564,7 @@ def test_composers_step_time_reference_is_checked_at_each_segment(
         lines += ["some chatter\n"] if k == 301 else [f"\t Train time/train: {k / 100:.4f}\n"]
     offsets = np.cumsum([0, *map(len, lines)])
     text = "".join(lines)
-    monkeypatch.setattr(archive, "CHUNK_BYTES", int(offsets[3 * 99 + 2]) + 5)  # into record 100's time line
+    monkeypatch.setattr(segments, "HEAD_BYTES", int(offsets[3 * 99 + 2]) + 5)  # into record 100's time line
     boundary = int(offsets[3 * 301])  # record 302 begins the second segment
     monkeypatch.setattr(segments, "WARMUP_BYTES", boundary - int(offsets[3 * 299 + 2]))  # from record 300's time
     monkeypatch.setattr(
@@ -647,6 +647,41 @@ def test_no_worker_processes_to_be_had_means_one_process(tmp_path: Path, monkeyp
     summary, alerts = check_path(path, SETTINGS, jobs=2)
     assert summary.error is None and summary.records == expected.records
     assert [a.to_json() for a in alerts] == [a.to_json() for a in expected_alerts]
+
+
+@pytest.mark.usefixtures("small_segments")
+@pytest.mark.parametrize("fmt", ["megatron-deepspeed", "olmo"])
+def test_a_preamble_longer_than_the_first_chunk_grows_the_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """Launcher and NCCL chatter filling the first chunks: the head is read on, chunk by chunk,
+    until the format is known, and the rest is still split (once, the head was one chunk: the
+    whole file was read in order)."""
+    monkeypatch.setattr(segments, "HEAD_LIMIT", 1 << 20)
+    chatter = [
+        f"node{i % 64:03d}:{i}:{i} [0] NCCL INFO Channel {i % 32:02d} : 0[0] -> 1[1] via P2P/IPC\n" for i in range(3000)
+    ]
+    path = tmp_path / f"{fmt}.log"
+    path.write_text("".join(chatter + list(generate(RunSpec(fmt=fmt, steps=3000, seed=36)))))
+    assert len("".join(chatter)) > 4 * segments.HEAD_BYTES
+    summary, _ = _same(path, split=True)
+    assert summary.records >= 3000  # (and as read in order: `_same`)
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_no_format_within_the_head_limit_means_reading_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `HEAD_LIMIT` without a format, the workers are let go and the file is read in order,
+    as a file in no known format (or one whose records begin late) would be anyway."""
+    monkeypatch.setattr(segments, "HEAD_LIMIT", 96 << 10)
+    chatter = [
+        f"node{i % 64:03d}:{i}:{i} [0] NCCL INFO Channel {i % 32:02d} : 0[0] -> 1[1] via P2P/IPC\n" for i in range(3000)
+    ]
+    path = tmp_path / "late.log"
+    path.write_text("".join(chatter + list(generate(RunSpec(fmt="jsonl", steps=3000, seed=37)))))
+    summary, _ = _same(path, split=False)
+    assert summary.records == 3000
 
 
 def test_default_jobs_is_bounded() -> None:

@@ -7,7 +7,6 @@ chunks, or appends as a live file grows) and returns alerts as they are found; i
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,10 +205,11 @@ def check_path(
 
     alerts: list[Alert] = []
     try:
-        chunks = read_stdin() if path is None else read_chunks(path, archive.CHUNK_BYTES)
         if snapshots is None and path is not None and workers.splittable(path, jobs):
+            chunks = read_chunks(path, archive.CHUNK_BYTES, first=segments.HEAD_BYTES)
             alerts += _read_split(check, path, chunks, jobs, advance)
         else:
+            chunks = read_stdin() if path is None else read_chunks(path, archive.CHUNK_BYTES)
             for chunk in chunks:
                 alerts += evidenced(check.feed(chunk))
                 advance(len(chunk))
@@ -227,34 +227,43 @@ def check_path(
 def _read_split(
     check: FileCheck, path: Path, chunks: Iterator[bytes], jobs: int, advance: Callable[[int], None]
 ) -> list[Alert]:
-    """A large file: its first chunk here, then the rest by worker processes when the format
-    allows it (`gradwatch.segments`), else on here exactly as `check_path` would.
+    """A large file: its head here, then the rest by worker processes when the format allows it
+    (`gradwatch.segments`), else on here exactly as `check_path` would.
 
-    The workers get their segments as soon as the head is parsed, before the detectors run on
-    it: the first detectors' run imports pandas, a third of a second the workers need not wait.
+    The head is read chunk by chunk (the first is small: the workers wait for it) until the
+    format is known, for at most `segments.HEAD_LIMIT` bytes. The workers get their segments as
+    soon as it is, before the detectors run on the head: their first run imports pandas, a third
+    of a second the workers need not wait.
     """
     try:
         reader = segments.SegmentReader(path, jobs)  # the workers start while the head is read
     except OSError:  # no processes to be had (a shared login node's limits): all of it here
         reader = None
-    with reader or contextlib.nullcontext():
-        head = next(chunks, b"")
-        cut = head.rfind(b"\n") + 1
-        check.parse(head[:cut])
-        split = reader is not None and cut > 0 and segments.stream_ready(check.stream)
-        batches = reader.batches(check.stream, cut) if reader is not None and split else iter(())
-        alerts = check.run_parsed()
-        advance(cut)
-        if split:
-            for batch, final, size in batches:
-                alerts += check.feed_batch(batch)
-                advance(size)
-                if final is not None:
-                    check.stream = final
-            return alerts
-    alerts += check.feed(head[cut:])
-    advance(len(head) - cut)
-    for chunk in chunks:
+    alerts: list[Alert] = []
+    if reader is not None:
+        with reader:
+            read = 0  # bytes of the file parsed here
+            for chunk in chunks:
+                cut = chunk.rfind(b"\n") + 1
+                check.parse(chunk[:cut])
+                read += cut
+                if cut and segments.stream_ready(check.stream):
+                    batches = reader.batches(check.stream, read)
+                    alerts += check.run_parsed()
+                    advance(cut)
+                    for batch, final, size in batches:
+                        alerts += check.feed_batch(batch)
+                        advance(size)
+                        if final is not None:
+                            check.stream = final
+                    return alerts
+                check.parse(chunk[cut:])
+                read += len(chunk) - cut
+                alerts += check.run_parsed()
+                advance(len(chunk))
+                if read >= segments.HEAD_LIMIT:
+                    break
+    for chunk in chunks:  # no workers, or no format known within the head: in order, here
         alerts += check.feed(chunk)
         advance(len(chunk))
     return alerts

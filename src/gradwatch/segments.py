@@ -46,6 +46,12 @@ from gradwatch.records import columns_of, logged_columns
 if TYPE_CHECKING:
     from gradwatch.detectors.base import ColumnBatch
 
+#: The first chunk of a file that this process reads to learn its format before the workers
+#: take the rest: small, as they wait for it (1 MiB holds hundreds of records in every format)
+HEAD_BYTES = 1 << 20
+#: How far the head may grow, chunk by chunk, while the format is not known: past it, the file
+#: is read in order here (its format may never be known: no workers are kept waiting)
+HEAD_LIMIT = 16 << 20
 #: One worker task: large enough that the warm-up and the sending of the stream cost little.
 SEGMENT_BYTES = 16 << 20
 #: Records a segment holds at most, as the head's density foretells: this process holds the

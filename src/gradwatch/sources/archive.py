@@ -37,8 +37,9 @@ def expand_paths(args: list[str]) -> list[Path]:
     return out
 
 
-def read_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """The file's bytes in chunks of about `size`; gzip is decompressed on the fly."""
+def read_chunks(path: Path, size: int = CHUNK_BYTES, first: int | None = None) -> Iterator[bytes]:
+    """The file's bytes in chunks of about `size` (the first of about `first`, when given); gzip
+    is decompressed on the fly."""
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below, also on error
     except FileNotFoundError:
@@ -52,22 +53,24 @@ def read_chunks(path: Path, size: int = CHUNK_BYTES) -> Iterator[bytes]:
             if fh.read(2) == b"\x1f\x8b":
                 fh.seek(0)
                 stream = gzip.GzipFile(fileobj=fh)
-                yield from _chunks(stream, size, path)
+                yield from _chunks(stream, size, path, first or size)
             else:
                 fh.seek(0)
-                yield from _chunks(fh, size, path)
+                yield from _chunks(fh, size, path, first or size)
         except OSError as e:
             raise InputError(f"{path}: read failed: {e.strerror or e}") from None
 
 
-def _chunks(stream: object, size: int, path: Path) -> Iterator[bytes]:
-    """Chunks of about `size` bytes. Gzip is decompressed piece by piece (`read1`): a single
-    `read(size)` would drop everything it had decompressed when it meets a damaged or cut end."""
+def _chunks(stream: object, size: int, path: Path, first: int) -> Iterator[bytes]:
+    """Chunks of about `size` bytes, the first of about `first`. Gzip is decompressed piece by
+    piece (`read1`): a single `read(size)` would drop everything it had decompressed when it
+    meets a damaged or cut end."""
     read = stream.read1 if isinstance(stream, gzip.GzipFile) else stream.read  # type: ignore[attr-defined]
     buf = bytearray()
+    wanted = first
     while True:
         try:
-            data = read(size - len(buf))
+            data = read(wanted - len(buf))
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
             if buf:
                 yield bytes(buf)
@@ -76,10 +79,15 @@ def _chunks(stream: object, size: int, path: Path) -> Iterator[bytes]:
             if buf:
                 yield bytes(buf)
             return
+        if not buf and len(data) >= wanted:  # a whole chunk at once (a plain file): no copy
+            yield data
+            wanted = size
+            continue
         buf += data
-        if len(buf) >= size:
+        if len(buf) >= wanted:
             yield bytes(buf)
             buf.clear()
+            wanted = size
 
 
 def file_size(path: Path) -> int:
