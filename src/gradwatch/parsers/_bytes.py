@@ -58,22 +58,24 @@ def texts_at(codes: np.ndarray, positions: np.ndarray, texts: tuple[bytes, ...] 
     less than one string comparison per key. Shorter texts are compared as strings.
     """
     ok = np.ones(len(positions), dtype=bool)
-    column, offsets, expected = [], [], []
+    words_of, offsets, expected = [], [], []  # per text, how many words; per word, where and what
     for j, text in enumerate(texts):
         if len(text) < 8:
             at = positions[:, j]
             ok &= (at >= 0) & text_at(codes, np.maximum(at, 0), text)
+            words_of.append(0)
             continue
-        for start in dict.fromkeys([*range(0, len(text) - 7, 8), len(text) - 8]):
-            column.append(j)
+        starts = dict.fromkeys([*range(0, len(text) - 7, 8), len(text) - 8])
+        words_of.append(len(starts))
+        for start in starts:
             offsets.append(start)
             expected.append(int.from_bytes(text[start : start + 8], "little"))
-    if not column:
+    if not offsets:
         return ok
     words = np.ndarray((max(len(codes) - 7, 0),), dtype="<u8", buffer=codes, strides=(1,))  # unaligned
-    # row-major, as `positions[:, column]` is not: a gather through a flat index in memory order
-    # takes half the time of one through the transposed layout numpy gives a column selection
-    at = np.ascontiguousarray(positions[:, column])
+    # each word's position, row-major (a gather through an index in memory order takes half the
+    # time), by repeating each text's column: a third of the time of a column selection
+    at = np.repeat(positions, words_of, axis=1)
     at += np.array(offsets)
     if len(at) and not (at.min() >= 0 and at.max() < len(words)):  # some text has no room there
         ok &= ((at >= 0) & (at < len(words))).all(axis=1)
