@@ -98,6 +98,8 @@ LINE_CASES = [
     lambda s: s.replace("[rank0]:", "[rank0]: "),
     lambda s: s.replace("[rank0]:", "[rank0]:[rank0]:"),
     lambda s: s.replace("[rank0]:", "0: "),
+    lambda s: s.replace("[rank0]:", "[rank\u0663]:"),  # a digit to `re` without ASCII, not to RE2
+    lambda s: s.replace("[rank0]:", "[rank0]\n[rank0]:"),  # the head on a line of its own
     lambda s: " " + s,
     lambda s: "x\r" + s,
     lambda s: s.replace(",325 ", ",32 "),

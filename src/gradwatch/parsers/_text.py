@@ -76,6 +76,21 @@ def timestamp(text: str) -> float | None:
     return seconds
 
 
+def digit_numbers(window: np.ndarray, spans: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """The numbers written in the columns `spans` (start, end) of rows of bytes (`window`, one
+    row a line, the digits checked by the caller), as int64: all of them in one matrix product
+    of the digits with their place values (in floats, exact for numbers of up to 15 digits), a
+    tenth of the numpy calls of a digit-by-digit sum."""
+    if max(end - start for start, end in spans) > 15:
+        raise ValueError("a number of more than 15 digits is not exact as a float")
+    width = window.shape[1]
+    places = np.zeros((width, len(spans)))
+    for k, (start, end) in enumerate(spans):
+        places[start:end, k] = 10.0 ** np.arange(end - start - 1, -1, -1)
+    digits = window.astype(np.float64) - ord("0")
+    return (digits @ places).astype(np.int64)
+
+
 def timestamps(fields: np.ndarray) -> np.ndarray:
     """`timestamp` of many lines at once: `fields` holds year, month, day, hour, minute, second and
     milliseconds per row (as numbers); NaN where `timestamp` gives None (no such year or month).

@@ -18,7 +18,7 @@ import numpy as np
 
 from gradwatch.parsers._arrow import arrow, numpy_of
 from gradwatch.parsers._bytes import line_starts, text_at
-from gradwatch.parsers._text import timestamps
+from gradwatch.parsers._text import digit_numbers, timestamps
 from gradwatch.parsers._tokens import numbers_at, ranges_array
 
 _MARK = b"[step="
@@ -31,7 +31,7 @@ _MARKER_TAIL = (
 )
 #: where the digits, dashes, separator and colons of `YYYY-MM-DD HH:MM:SS` sit
 _DIGITS = np.array([0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18])
-_FIELDS = ((0, 4), (5, 7), (8, 10), (11, 13), (14, 16), (17, 19))  # year .. second
+_FIELDS = ((0, 4), (5, 7), (8, 10), (11, 13), (14, 16), (17, 19), (20, 23))  # year .. second, milliseconds
 _IS_DIGIT = np.zeros(256, dtype=bool)
 _IS_DIGIT[ord("0") : ord("9") + 1] = True
 _DATE_SEPARATOR = np.zeros(256, dtype=bool)  # `[ T_-]` of `_text._TS`
@@ -189,12 +189,8 @@ def _times(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.
     fraction = ((window[:, 19] == ord(".")) | (window[:, 19] == ord(","))) & _IS_DIGIT[window[:, 20]]
     millis = fraction & _IS_DIGIT[window[:, 21]] & _IS_DIGIT[window[:, 22]] & ~_IS_DIGIT[window[:, 23]]
     ok &= ~fraction | millis
-    digits = window.astype(np.int64) - ord("0")
-    fields = np.zeros((len(starts), 7), dtype=np.int64)
-    for f, (a, b) in enumerate(_FIELDS):
-        for c in range(a, b):
-            fields[:, f] = fields[:, f] * 10 + digits[:, c]
-    fields[:, 6] = np.where(millis, digits[:, 20] * 100 + digits[:, 21] * 10 + digits[:, 22], 0)
+    fields = digit_numbers(window, _FIELDS)
+    fields[:, 6] *= millis
     ts = timestamps(fields)
     return ts, ok & ~np.isnan(ts)
 
