@@ -35,7 +35,7 @@ def numbers_at(
     if rows == 0:
         return np.zeros((0, k)), np.zeros(0, dtype=bool)
     tokens = ranges_array(codes, starts, ends)
-    if drop:
+    if drop and holds(tokens, drop):  # (a search of the bytes costs a tenth of the replace)
         tokens = pc.replace_substring(tokens, drop, "")
     tokens = pc.ascii_trim_whitespace(tokens)
     values = floats(tokens)
@@ -66,9 +66,15 @@ def floats(tokens: Any) -> np.ndarray | None:
     """The tokens as float64, or None when one is no number as `float()` reads numbers."""
     pa, pc = arrow()
 
-    if (np.frombuffer(tokens.buffers()[2], dtype=np.uint8) == ord("(")).any():
+    if holds(tokens, "("):
         return None  # Arrow reads `nan(...)`, `float()` does not
     try:
         return numpy_of(pc.cast(tokens, pa.float64()))
     except pa.ArrowInvalid:
         return None
+
+
+def holds(tokens: Any, char: str) -> bool:
+    """Whether a token may hold the ASCII `char`: its byte is somewhere in their data buffer
+    (which may hold bytes past the last token: then a false yes, which costs only a search)."""
+    return bool((np.frombuffer(tokens.buffers()[2], dtype=np.uint8) == ord(char)).any())

@@ -15,7 +15,7 @@ import numpy as np
 
 from gradwatch.parsers._arrow import arrow, numpy_of
 from gradwatch.parsers._bytes import line_starts, text_at
-from gradwatch.parsers._tokens import floats, ranges_array
+from gradwatch.parsers._tokens import floats, holds, ranges_array
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     matched = found.is_valid()
     groups = found.type.num_fields
     tokens = pa.concat_arrays([found.field(j).filter(matched) for j in range(groups)])
-    if (np.frombuffer(tokens.buffers()[2], dtype=np.uint8) == ord("N")).any():  # only None has one
+    if holds(tokens, "N"):  # only None has one
         tokens = pc.replace_substring(tokens, "None", "nan")
     values = floats(tokens)
     accepted = numpy_of(matched)

@@ -26,7 +26,7 @@ import numpy as np
 from gradwatch.parsers._arrow import arrow, indices, mask, numpy_of
 from gradwatch.parsers._bytes import line_starts, strings, text_at, texts_at
 from gradwatch.parsers._text import digit_numbers, timestamps
-from gradwatch.parsers._tokens import floats, ranges_array
+from gradwatch.parsers._tokens import floats, holds, ranges_array
 
 # The values' grammars, which the bulk regex (torchtitan.py) is built from.
 HEAD = r"(?:\[(?:rank|default)\d{1,5}\]:)?\[titan\] "
@@ -184,7 +184,8 @@ def _read(tokens: Any, fields: tuple[str, ...], good: np.ndarray) -> _Read:
             column = column.filter(mask(np.repeat(good, len(present))))
         column = pc.ascii_ltrim(column, " ")
         for text, by in replace:
-            column = pc.replace_substring(column, text, by)
+            if holds(column, text[0]):
+                column = pc.replace_substring(column, text, by)
         values = floats(column) if len(column) else np.zeros(0)
         if values is None:  # not expected: every value matches its grammar; if so, all go to the regex
             return _Read(np.zeros(n, dtype=bool), steps[:0], metrics[:0])
