@@ -67,6 +67,10 @@ LINE_CASES = [
     lambda s: s.replace("7,270", "7,270.5"),
     lambda s: s.replace("7,270", "1" + "0" * 22),
     lambda s: s.replace("131.90", "nan"),
+    lambda s: s.replace("131.90", "131|90"),  # a row's tokens are joined with `|` to be matched
+    lambda s: s.replace("131.90", "131.90|"),
+    lambda s: s.replace("loss: ", "loss: |"),
+    lambda s: s.replace("7,270", "7,270 | 1"),
     lambda s: s.replace("131.90", "inf"),
     lambda s: re.sub(r"loss: \S+", "loss: -1.5e-03", s),
     lambda s: re.sub(r"loss: \S+", "loss: 1.5E+3", s),
@@ -160,7 +164,7 @@ def test_an_odd_metrics_line_is_read_as_the_regex_reads_it(case: int) -> None:
 
 
 #: what a fuzzed line may get: characters and values that the grammars treat specially
-_CHARS = "0123456789 .,-+eE%:\t\r\x1b[]m;()/NA_x\0\u0661\u00e9"
+_CHARS = "0123456789 .,-+eE%:|\t\r\x1b[]m;()/NA_x\0\u0661\u00e9"
 _TOKENS = ["", "1", "-0", "1e5", "1.", ".5", "1,2", "N/A", "nan", "inf", "7,,3", "1e-03", "00", "1" * 16, "1" * 18]
 
 

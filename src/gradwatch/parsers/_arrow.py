@@ -31,7 +31,7 @@ _pool_set = False
 
 
 def indices(positions: np.ndarray) -> Any:
-    """`positions` (integers) as an Arrow int64 array, for `take`."""
+    """`positions` (integers) as an Arrow int64 array: for `take`, or a list array's offsets."""
     pa, _ = arrow()
     values = np.ascontiguousarray(positions, dtype=np.int64)
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
