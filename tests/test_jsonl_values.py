@@ -1,8 +1,9 @@
-"""The JSON-lines bulk reader tells which values the template's grammar takes by their bytes where
-they are plain decimals, and by RE2 otherwise: it must take exactly what the grammar takes.
+"""The JSON-lines bulk reader tells which values the template's grammar takes with one RE2
+search per line (`_tokens.rows_matching`, the line's values joined with `|`): it must take
+exactly what the grammar takes, value by value.
 
-Tokens are drawn from the characters numbers are made of (and `null`'s), short and long, and
-compared with the grammar's own regex (`jsonl_rows._VALUE`, as `re` reads it).
+Tokens are drawn from the characters numbers are made of (and `null`'s, and `|`), short and long,
+and compared with each kind's grammar as `re` reads it, one token at a time.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradwatch.parsers._tokens import ranges_array
-from gradwatch.parsers.jsonl_rows import _VALUE, _Values
+from gradwatch.parsers._tokens import ranges_array, rows_matching
+from gradwatch.parsers.jsonl_rows import GRAMMARS, KINDS, values_of
 
-GRAMMAR = re.compile(_VALUE)
-STEP = re.compile(r"^(?:0|[1-9][0-9]{0,14})$")
+ALONE = {kind: re.compile(f"(?:{pattern})") for kind, pattern in GRAMMARS.items()}
 
 EDGES = [
     "0",
@@ -73,6 +73,10 @@ EDGES = [
     "1e1e1",
     "0x1F",
     "1_000",
+    "|",
+    "1|2",
+    "null|",
+    "|1",
 ]
 
 
@@ -90,10 +94,18 @@ def _tokens(texts: list[str], gap: str = ", ") -> object:
 
 
 def _check(texts: list[str]) -> None:
-    found = _Values.of(_tokens(texts))
-    assert found.good.tolist() == [GRAMMAR.match(t) is not None for t in texts]
-    assert found.null.tolist() == [t == "null" for t in texts]
-    assert found.digits.tolist() == [STEP.match(t) is not None for t in texts]
+    """Each kind's grammar over the texts, one a row and in rows of every kind (a row is taken
+    when each of its tokens is), against `re` reading each token alone."""
+    tokens = _tokens(texts)
+    alone = {kind: [ALONE[kind].fullmatch(t) is not None for t in texts] for kind in KINDS}
+    for kind in KINDS:
+        assert rows_matching(tokens, (GRAMMARS[kind],)).tolist() == alone[kind], kind
+    rows = len(texts) // len(KINDS)
+    if rows:
+        row_tokens = _tokens(texts[: rows * len(KINDS)])
+        found = rows_matching(row_tokens, tuple(GRAMMARS[kind] for kind in KINDS))
+        expected = [all(alone[kind][r * len(KINDS) + c] for c, kind in enumerate(KINDS)) for r in range(rows)]
+        assert found.tolist() == expected
 
 
 def test_edge_cases_are_read_as_the_grammar_reads_them() -> None:
@@ -101,20 +113,20 @@ def test_edge_cases_are_read_as_the_grammar_reads_them() -> None:
     _check([])
 
 
-def test_many_tokens_are_read_a_slice_at_a_time_as_the_grammar_reads_them() -> None:
+def test_many_tokens_are_read_as_the_grammar_reads_them() -> None:
     _check(EDGES * 1000)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.text(alphabet="0123456789.-+eEnul", max_size=22), min_size=1, max_size=40))
+@given(st.lists(st.text(alphabet="0123456789.-+eEnul|", max_size=22), min_size=1, max_size=40))
 def test_random_tokens_are_read_as_the_grammar_reads_them(texts: list[str]) -> None:
     _check(texts)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.from_regex(GRAMMAR, fullmatch=True), min_size=1, max_size=30))
+@given(st.lists(st.from_regex(ALONE["nullable"], fullmatch=True), min_size=1, max_size=30))
 def test_every_grammatical_value_is_taken(texts: list[str]) -> None:
-    _check([t.rstrip("\n") for t in texts])
+    _check(texts)
 
 
 @pytest.mark.parametrize(
@@ -122,6 +134,6 @@ def test_every_grammatical_value_is_taken(texts: list[str]) -> None:
 )
 def test_values_convert_with_null_as_nan(texts: list[str]) -> None:
     tokens = _tokens(texts)
-    values = _Values.of(tokens).floats(tokens, np.ones(len(texts), dtype=bool))
+    values = values_of(tokens, np.ones(len(texts), dtype=bool))
     assert values is not None
     np.testing.assert_array_equal(values, [float("nan") if t == "null" else float(t) for t in texts])

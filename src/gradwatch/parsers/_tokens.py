@@ -78,3 +78,22 @@ def holds(tokens: Any, char: str) -> bool:
     """Whether a token may hold the ASCII `char`: its byte is somewhere in their data buffer
     (which may hold bytes past the last token: then a false yes, which costs only a search)."""
     return bool((np.frombuffer(tokens.buffers()[2], dtype=np.uint8) == ord(char)).any())
+
+
+def rows_matching(tokens: Any, grammars: tuple[str, ...]) -> np.ndarray:
+    """Per row of `tokens` (row after row, one token per grammar), whether each token is all of
+    its grammar (RE2 patterns that take no `|`).
+
+    A row's tokens are joined with `|` and RE2 reads each row once: a search costs mostly per
+    string, and this is a third of the time of one search per token. As no grammar takes `|`, a
+    token holding one fails, as it would alone; the others are split where they were joined.
+    """
+    pa, pc = arrow()
+
+    width = len(grammars)
+    if len(tokens) == 0:
+        return np.zeros(0, dtype=bool)
+    rows = pa.LargeListArray.from_arrays(indices(np.arange(0, len(tokens) + 1, width)), tokens)
+    joined = pc.binary_join(rows, pa.scalar("|", pa.large_string()))
+    row = r"\|".join(f"(?:{grammar})" for grammar in grammars)
+    return numpy_of(pc.match_substring_regex(joined, f"^{row}$"))

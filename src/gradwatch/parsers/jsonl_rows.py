@@ -5,9 +5,9 @@ only the values' widths vary. Keys hold no commas and bulk values are numbers or
 a line is known by its commas: as many as the first record of the shape had, the text between
 the values (`{"step": `, `, "loss": `, `}`) exactly that record's. One pass over the block's
 bytes finds the commas; every check is one operation over all lines, and the values are checked
-against JSON's number grammar (the template regex's) before Arrow converts them: plain decimals
-by their bytes, the few others by RE2. A line that has the commas but fails a check is handed
-back (`Rows.odd`) to the template regex.
+against JSON's number grammar (the template regex's), a line's values in one RE2 search
+(`_tokens.rows_matching`), before Arrow converts them. A line that has the commas but fails a
+check is handed back (`Rows.odd`) to the template regex.
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow, indices, mask, numpy_of
+from gradwatch.parsers._arrow import arrow, mask, numpy_of
 from gradwatch.parsers._bytes import lines_with, text_at, texts_at
-from gradwatch.parsers._tokens import floats, ranges_array
+from gradwatch.parsers._tokens import floats, ranges_array, rows_matching
 
 _COMMA = ord(",")
 #: the template's value grammar (jsonl._NUMBER, or null) without lookarounds, for RE2; a step
 #: (jsonl._STEP_VALUE) is such a value of at most 15 digits only, a number one that is not null
 _EXP = r"(?:[eE][+-]?[0-9]{1,2})?"
 _NUMBER = rf"-?[1-9][0-9]{{0,16}}(?:\.[0-9]+)?{_EXP}|0(?:\.[0-9]+)?{_EXP}|-0(?:\.[0-9]+{_EXP}|[eE][+-]?[0-9]{{1,2}})"
-_VALUE = rf"^(?:{_NUMBER}|null)$"
-#: what a value may be: its kind in `Layout.kinds`
+#: what a value may be: its kind in `Layout.kinds`, and the grammar of each kind
 KINDS = ("step", "number", "nullable")
+GRAMMARS = {"step": r"0|[1-9][0-9]{0,14}", "number": _NUMBER, "nullable": rf"{_NUMBER}|null"}
 
 
 @dataclass(frozen=True)
@@ -101,15 +101,8 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     ok &= texts_at(codes, at[:, first], layout.between)
     chosen = np.flatnonzero(ok)
     tokens = ranges_array(codes, value_starts[chosen], value_ends[chosen])
-    valid = _Values.of(tokens)
-    fits = valid.good.reshape(-1, k)
-    for c, kind in enumerate(layout.kinds):
-        if kind == "step":  # digits, at most 15 (the grammar has no leading zeros)
-            fits[:, c] &= valid.digits.reshape(-1, k)[:, c]
-        elif kind == "number":
-            fits[:, c] &= ~valid.null.reshape(-1, k)[:, c]
-    good = fits.all(axis=1)
-    read = valid.floats(tokens, np.repeat(good, k))
+    good = rows_matching(tokens, tuple(GRAMMARS[kind] for kind in layout.kinds))
+    read = values_of(tokens, np.repeat(good, k))
     values = np.zeros((0, k)) if read is None else read
     if read is None:  # not expected: what is left matches the grammar
         good = np.zeros(len(chosen), dtype=bool)
@@ -120,79 +113,21 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     return Rows(starts[accepted], table, _spans(starts[~accepted], ends[~accepted]))
 
 
-#: tokens `_Values.of` looks at at once
-_SLICE = 1 << 15
-#: per byte value, its weight in `_Values.of`'s counts: 1 for a dot, 32 for anything but a digit
-_WEIGHTS = np.full(256, 32, dtype=np.uint8)
-_WEIGHTS[np.frombuffer(b"0123456789", dtype=np.uint8)] = 0
-_WEIGHTS[ord(".")] = 1
+def values_of(tokens: Any, rows: np.ndarray) -> np.ndarray | None:
+    """The values of the tokens marked in `rows` (which their grammars took) as float64, `null`
+    as NaN (None: one is no number)."""
+    pa, pc = arrow()
 
-
-@dataclass
-class _Values:
-    """Which value tokens the template's grammar (`_VALUE`) takes, per token.
-
-    Most are plain decimals (digits, at most one dot inside, no leading zero, at most 17
-    characters), which the grammar takes: those are known from a count of dots and other bytes
-    per token and their first bytes. Only the rest (signs, exponents, null, anything odd) go to
-    RE2, a small share of a log's values.
-    """
-
-    good: np.ndarray  # in the grammar
-    null: np.ndarray  # `null`
-    digits: np.ndarray  # a step: digits only, at most 15 (and in the grammar)
-
-    @staticmethod
-    def of(tokens: Any) -> _Values:
-        """The tokens' kinds, a slice at a time: the per-byte counts of a whole block's values
-        would add some 15 MB to a check's peak memory."""
-        parts = [_Values._of(tokens.slice(lo, _SLICE)) for lo in range(0, len(tokens), _SLICE)]
-        if len(parts) <= 1:
-            return parts[0] if parts else _Values(*(np.zeros(0, dtype=bool) for _ in range(3)))
-        return _Values(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("good", "null", "digits")))
-
-    @staticmethod
-    def _of(tokens: Any) -> _Values:
-        _, pc = arrow()
-
-        offsets = np.frombuffer(tokens.buffers()[1], dtype=np.int64)[tokens.offset : tokens.offset + len(tokens) + 1]
-        at, lengths = offsets[:-1] - offsets[0], np.diff(offsets)
-        # the tokens' bytes, and one more to read where all are empty
-        data = np.frombuffer(tokens.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1] + 1]
-        if len(data) == offsets[-1] - offsets[0]:
-            data = np.append(data, np.uint8(0))
-        # per byte 1 for a dot, 32 for anything but a digit or dot: a token's sum is both counts
-        # (exact for the tokens of at most 17 bytes that can be plain, though the running sum wraps)
-        running = np.cumsum(_WEIGHTS.take(data), dtype=np.uint16)
-        ends = at + lengths
-        counts = np.where(ends > 0, running[np.maximum(ends - 1, 0)], 0) - np.where(at > 0, running[at - 1], 0)
-        counts &= 0xFFFF  # (the difference of two wrapped sums)
-        dots, others = counts & 31, counts >> 5
-        room = len(data) - 1
-        first, second = data[np.minimum(at, room)], data[np.minimum(at + 1, room)]
-        last = data[np.clip(at + lengths - 1, 0, room)]
-        plain = (lengths >= 1) & (lengths <= 17) & (others == 0) & (dots <= 1)
-        plain &= (first != ord(".")) & (last != ord("."))
-        plain &= (first != ord("0")) | (lengths == 1) | (second == ord("."))
-        good, null = plain.copy(), np.zeros(len(plain), dtype=bool)
-        odd = np.flatnonzero(~plain)
-        if len(odd):
-            matched = numpy_of(pc.match_substring_regex(tokens.take(indices(odd)), _VALUE))
-            good[odd] = matched
-            null[odd] = matched & (first[odd] == ord("n"))  # the grammar's one word
-        return _Values(good, null, plain & (dots == 0) & (lengths <= 15))
-
-    def floats(self, tokens: Any, rows: np.ndarray) -> np.ndarray | None:
-        """The values of the tokens marked in `rows` as float64, null as NaN (None: one is no number)."""
-        numbers = rows & ~self.null
-        if numbers.all():
-            return floats(tokens)
-        read = floats(tokens.filter(mask(numbers)))
-        if read is None:
-            return None
-        values = np.full(int(rows.sum()), np.nan)
-        values[~self.null[rows]] = read
-        return values
+    null = rows & numpy_of(pc.equal(tokens, pa.scalar("null", pa.large_string())))
+    numbers = rows & ~null
+    if numbers.all():
+        return floats(tokens)
+    read = floats(tokens.filter(mask(numbers)))
+    if read is None:
+        return None
+    values = np.full(int(rows.sum()), np.nan)
+    values[~null[rows]] = read
+    return values
 
 
 def _spans(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:

@@ -26,7 +26,7 @@ import numpy as np
 from gradwatch.parsers._arrow import arrow, indices, mask, numpy_of
 from gradwatch.parsers._bytes import line_starts, strings, text_at, texts_at
 from gradwatch.parsers._text import digit_numbers, timestamps
-from gradwatch.parsers._tokens import floats, holds, ranges_array
+from gradwatch.parsers._tokens import floats, holds, ranges_array, rows_matching
 
 # The values' grammars, which the bulk regex (torchtitan.py) is built from.
 HEAD = r"(?:\[(?:rank|default)\d{1,5}\]:)?\[titan\] "
@@ -163,13 +163,14 @@ def _heads(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarra
 
 def _read(tokens: Any, fields: tuple[str, ...], good: np.ndarray) -> _Read:
     """Rows of tokens (row after row: the `fields`' values with the spaces before them) of the
-    lines whose heads are `good`: which rows match their grammars (`_rows_matching`), and the
+    lines whose heads are `good`: which rows match their grammars (`rows_matching`), and the
     values of those, converted as the bulk regex's reader converts them."""
     _, pc = arrow()
 
     width = len(fields)
     n = len(tokens) // width
-    good = good & _rows_matching(tokens, fields)
+    grammar = {name: pattern for names, pattern, _ in _GROUPS for name in names}
+    good = good & rows_matching(tokens, tuple(f" +(?:{grammar[name]})" for name in fields))
     read: list[tuple[list[str], Any, tuple[tuple[str, str], ...]]] = []
     for names, _, replace in _GROUPS:
         present = [name for name in names if name in fields]
@@ -193,22 +194,6 @@ def _read(tokens: Any, fields: tuple[str, ...], good: np.ndarray) -> _Read:
             else:
                 metrics[:, METRICS.index(name)] = value
     return _Read(good, steps, metrics)
-
-
-def _rows_matching(tokens: Any, fields: tuple[str, ...]) -> np.ndarray:
-    """Per row of tokens (one per field), whether each token is all of its field's grammar, after
-    one space or more. A row's tokens are joined with `|`, which no grammar takes (so a token
-    holding one fails, as it would alone), and RE2 reads each row once: the cost of a search is
-    mostly per string, and this is a third of the time of one search per token."""
-    pa, pc = arrow()
-
-    grammar = {name: pattern for names, pattern, _ in _GROUPS for name in names}
-    row = r"\|".join(f" +(?:{grammar[name]})" for name in fields)
-    width = len(fields)
-    offsets = np.arange(0, len(tokens) + 1, width, dtype=np.int64)
-    rows = pa.LargeListArray.from_arrays(indices(offsets), tokens)
-    joined = pc.binary_join(rows, pa.scalar("|", pa.large_string()))
-    return numpy_of(pc.match_substring_regex(joined, f"^{row}$"))
 
 
 def _columns(tokens: Any, width: int, columns: list[int]) -> Any:
