@@ -76,15 +76,15 @@ def test_padding_of_any_ascii_whitespace_is_trimmed_as_float_does() -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_digit_numbers_reads_each_span_as_int_does(seed: int) -> None:
     """The clock readers' numbers (`_text.digit_numbers`): the spans' digits as `int()` reads
-    them, up to 15 digits a number (where a float still holds them exactly)."""
+    them, up to 18 digits a number (what int64 holds)."""
     from gradwatch.parsers._text import digit_numbers
 
     rng = random.Random(seed)
-    spans = ((0, 4), (5, 7), (7, 8), (9, 24), (24, 27))
-    rows = ["".join(rng.choice("0123456789") for _ in range(27)) for _ in range(500)]
-    rows += ["9" * 27, "0" * 27]
-    window = np.frombuffer("".join(rows).encode(), dtype=np.uint8).reshape(len(rows), 27)
+    spans = ((0, 4), (5, 7), (7, 8), (9, 27), (27, 30), (30, 32))
+    rows = ["".join(rng.choice("0123456789") for _ in range(32)) for _ in range(500)]
+    rows += ["9" * 32, "0" * 32]
+    window = np.frombuffer("".join(rows).encode(), dtype=np.uint8).reshape(len(rows), 32)
     expected = [[int(row[a:b]) for a, b in spans] for row in rows]
     assert digit_numbers(window, spans).tolist() == expected
-    with pytest.raises(ValueError, match="15 digits"):
-        digit_numbers(window, ((0, 16),))
+    with pytest.raises(ValueError, match="18 digits"):
+        digit_numbers(window, ((0, 19),))

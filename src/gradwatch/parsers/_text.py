@@ -78,17 +78,21 @@ def timestamp(text: str) -> float | None:
 
 def digit_numbers(window: np.ndarray, spans: tuple[tuple[int, int], ...]) -> np.ndarray:
     """The numbers written in the columns `spans` (start, end) of rows of bytes (`window`, one
-    row a line, the digits checked by the caller), as int64: all of them in one matrix product
-    of the digits with their place values (in floats, exact for numbers of up to 15 digits), a
-    tenth of the numpy calls of a digit-by-digit sum."""
-    if max(end - start for start, end in spans) > 15:
-        raise ValueError("a number of more than 15 digits is not exact as a float")
-    width = window.shape[1]
-    places = np.zeros((width, len(spans)))
-    for k, (start, end) in enumerate(spans):
-        places[start:end, k] = 10.0 ** np.arange(end - start - 1, -1, -1)
-    digits = window.astype(np.float64) - ord("0")
-    return (digits @ places).astype(np.int64)
+    row a line, the digits checked by the caller), as int64. The spans of one width are summed
+    digit by digit together: a third of the numpy calls of one sum per span. (Not a matrix
+    product: numpy's float one runs in BLAS threads, which spin beside the worker processes.)"""
+    if max(end - start for start, end in spans) > 18:
+        raise ValueError("a number of more than 18 digits does not fit in int64")
+    digits = window.astype(np.int64) - ord("0")
+    numbers = np.empty((len(window), len(spans)), dtype=np.int64)
+    for width in sorted({end - start for start, end in spans}):
+        columns = [k for k, (start, end) in enumerate(spans) if end - start == width]
+        starts = np.array([spans[k][0] for k in columns])
+        summed = digits[:, starts]
+        for place in range(1, width):
+            summed = summed * 10 + digits[:, starts + place]
+        numbers[:, columns] = summed
+    return numbers
 
 
 def timestamps(fields: np.ndarray) -> np.ndarray:
