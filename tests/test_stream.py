@@ -378,6 +378,46 @@ def test_bulk_readers_take_the_ordinary_record_lines(fmt: str, monkeypatch: pyte
     assert bulk[0] >= 0.95 * len(records), f"{bulk[0]} of {len(records)} records read in bulk"
 
 
+def _megatron_lm_line(step: int, skipped: bool) -> str:
+    """A record as Megatron-LM prints it; a skipped iteration has no grad norm nor num zeros."""
+    fields = [
+        f"consumed samples: {step * 512:12d}",
+        "elapsed time per iteration (ms): 9954.2",
+        "learning rate: 3.000000E-04",
+        "global batch size:   512",
+        f"lm loss: {2 + 1 / step:.6E}",
+        "loss scale: 131072.0",
+    ]
+    if not skipped:
+        fields += [f"grad norm: {0.9 + step % 7 / 100:.3f}", "num zeros: 0"]
+    fields += [f"number of skipped iterations: {int(skipped):3d}", "number of nan iterations:   0"]
+    clock = f"2024-03-02 {step // 3600 % 24:02d}:{step // 60 % 60:02d}:{step % 60:02d}"
+    return f" [{clock}] iteration {step:8d}/   98745 | " + " | ".join(fields) + " |\n"
+
+
+@pytest.mark.parametrize("every", [40, 7])
+def test_a_record_of_another_shape_now_and_then_leaves_the_rest_in_bulk(
+    every: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fp16 skips an iteration now and then, and Megatron-LM prints it without its grad norm: that
+    record is read one by one, and the bulk reader goes on looking for the usual shape (it
+    followed the odd one and back, two rescans each, then read the rest of the block one by one)."""
+    data = "".join(_megatron_lm_line(step, skipped=step % every == 0) for step in range(1, 3001)).encode()
+    bulk = _bulk_records(monkeypatch)
+    _assert_same(_parse(data), _parse(data, every_line=True))
+    assert bulk[0] >= 3000 - 3000 // every - 10, f"{bulk[0]} of 3000 records read in bulk"
+
+
+def test_a_change_of_shape_for_good_is_read_in_bulk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a resume on, every record has its grad norm: two records of the new shape in a row
+    and the bulk reader looks for it."""
+    lines = [_megatron_lm_line(step, skipped=step < 1500) for step in range(1, 3001)]
+    data = "".join(lines).encode()
+    bulk = _bulk_records(monkeypatch)
+    _assert_reads_as_plain(data, seed=3)
+    assert bulk[0] >= 2 * 2900, f"{bulk[0]} of 6000 records read in bulk (twice: whole, then cut)"
+
+
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("fmt", BULK_FORMATS)
 def test_fast_paths_equal_the_plain_path_with_odd_lines(fmt: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:

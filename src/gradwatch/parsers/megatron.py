@@ -74,12 +74,19 @@ class MegatronParser(Parser):
     scan = r"iteration|checkpoint|padded vocab"
     description = "Megatron-LM and Megatron-DeepSpeed `iteration N/M | ...` lines (all forks and eras)"
 
+    # class defaults, so that parsers pickled in a scan state before they existed still load
+    #: the shape the bulk reader looks for (`_seek`), and that of the record read one by one before
+    _sought: _Template | None = None
+    _previous_shape: _Template | None = None
+    #: whether a record was read in bulk since the last one read one by one
+    _bulk_between = False
+
     def __init__(self) -> None:
         self._pending: tuple[str, int, float | None] | None = None
         self._pending_parts = 0
         self._seen_loss = False
         self._key_cache: dict[str, object] = {}  # raw field name -> _FIELDS entry (or None)
-        self._template: _Template | None = None
+        self._template: _Template | None = None  # the shape of the latest record read one by one
         self._bulk_template: _Template | None = None
         self._last_record_step: int | None = None
         # (line, step) of recent records in line order, for the rank dedupe of bulk records, which
@@ -167,26 +174,40 @@ class MegatronParser(Parser):
         ):
             nonfinite.append("loss")  # Megatron omits the loss field when the loss is NaN
         out.record(self.name, step, line, ts, metrics, nonfinite)
+        self._seek()
+
+    def _seek(self) -> None:
+        """After a record read one by one: whether the bulk reader now looks for its shape.
+
+        It does where it could not read in bulk yet, or where the record before was of this
+        shape too, none read in bulk between them: the run's shape has changed. A record of
+        another shape among the run's usual ones (an iteration skipped by fp16, printed without
+        its grad norm) is read one by one, as it is anyway. Sought, it cost two rescans of the
+        block's rest, there and back at the next record; past the limit of rescans the rest of
+        the block was read one by one (a sixth of a Megatron-LM log's records).
+        """
+        shape = self._template
+        if not _reads_in_bulk(self._sought) or (shape is self._previous_shape and not self._bulk_between):
+            self._sought = shape
+        self._previous_shape, self._bulk_between = shape, False
 
     def can_bulk(self) -> bool:
-        t = self._template
-        return t is not None and self._pending is None and any(name == "loss" for name, _ in t.specs)
+        return self._pending is None and _reads_in_bulk(self._sought)
 
     def bulk_shape(self) -> object | None:
-        return self._template if self.can_bulk() else None
+        return self._sought if self.can_bulk() else None
 
     def bulk_matches(self, block: Block) -> TableHits:
-        """Record lines of `block` of the current template's shape (the bulk path; see LogStream).
+        """Record lines of `block` of the shape sought (`_seek`; the bulk path, see LogStream).
 
-        Only a template with a loss field qualifies: a record without one may be a NaN step,
-        which needs the per-line rules. Lines are found by their layout at numpy speed
-        (`megatron_rows`); the regex reads those that the layout does not fit.
+        Lines are found by their layout at numpy speed (`megatron_rows`); the regex reads those
+        that the layout does not fit.
         """
-        t = self._template
+        t = self._sought
         width = len(t.specs) if t is not None else 0
         if t is None or not self.can_bulk():
             return TableHits.empty(2 + width)
-        self._bulk_template = t  # per-line records of the same block may change self._template
+        self._bulk_template = t  # per-line records of the same block may change what is sought
         text = block.text
         if t.layout is None:
             return _of_matches(text, list(t.block.finditer(text)), width)
@@ -197,6 +218,7 @@ class MegatronParser(Parser):
 
     def bulk_passed(self, hits: Hits, k: int) -> None:
         self._last_record_step = hits.step(k)
+        self._bulk_between = True
 
     def bulk_records(self, text: str, hits: Hits, linenos: np.ndarray, out: ParseOutput) -> None:
         """Turn bulk hits into one columnar chunk of records."""
@@ -386,6 +408,12 @@ def _compile_template(text: str, iteration: re.Match[str]) -> _Template | None:
     simple = wanted[0] >= 0 and wanted[-1] < len(parts) - 2  # neither before the first pipe nor after the last
     layout = Layout.of(text, iteration.start(), wanted) if simple else None
     return _Template(line, block, tuple(specs), layout)
+
+
+def _reads_in_bulk(template: _Template | None) -> bool:
+    """Only a template with a loss field is read in bulk: a record without one may be a NaN step,
+    which needs the per-line rules."""
+    return template is not None and any(name == "loss" for name, _ in template.specs)
 
 
 def _of_matches(text: str, matches: list[re.Match[str]], width: int) -> TableHits:
