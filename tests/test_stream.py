@@ -297,6 +297,21 @@ ODD_LINES = {
         lambda s, n: re.sub(r"(lm loss: \S+) \|", "\\1\\0|", s),
         lambda s, n: re.sub(r"/ +(\d+) \|", "/" + "9" * 400 + " |", s),
         lambda s, n: s.replace("consumed tokens", "consume\td tokens"),
+        # Megatron-LM's time before a record, read all at once where it has the usual shape
+        lambda s, n: f" [2024-03-02 08:{n % 60:02d}:29]" + s,
+        lambda s, n: f"[2024-03-02 08:{n % 60:02d}:29]" + s,
+        lambda s, n: "  [2024-03-02 08:00:29]" + s,
+        lambda s, n: " [2024-13-02 08:00:29]" + s,
+        lambda s, n: " [2024-03-45 08:00:29]" + s,
+        lambda s, n: " [0000-03-02 08:00:29]" + s,
+        lambda s, n: " [2024-03-02T08:00:29]" + s,
+        lambda s, n: " [2024-03-02 08:00:29.5]" + s,
+        lambda s, n: " [2024-03-02 0800:29]" + s,
+        lambda s, n: " [2024-03-02 08:00:2\u0669]" + s,
+        lambda s, n: " [2024-03-02 08:00:29\x1b[0m]" + s,
+        lambda s, n: " [2024-03-02 08:00:29] saving checkpoint at iteration 7 " + s,
+        lambda s, n: "x" * 60 + " iteration 1/2 " + s,  # an earlier `iteration` past the first 64 characters
+        lambda s, n: "[default0]: [2024-03-02 08:00:29]" + s,
     ],
     "torchtitan": [
         lambda s, n: s.replace("loss: ", "loss: nan  x: ", 1),
@@ -406,6 +421,18 @@ def test_a_record_of_another_shape_now_and_then_leaves_the_rest_in_bulk(
     bulk = _bulk_records(monkeypatch)
     _assert_same(_parse(data), _parse(data, every_line=True))
     assert bulk[0] >= 3000 - 3000 // every - 10, f"{bulk[0]} of 3000 records read in bulk"
+
+
+@pytest.mark.parametrize("every_line", [False, True])
+def test_a_key_with_a_tab_is_no_template_for_the_usual_keys(every_line: bool) -> None:
+    """`consume<tab>d samples` is no field (`norm_key` keeps a tab): the template made of its
+    record must not take the next records' `consumed samples` for it. It did, line by line (any
+    space between the words), and those records lost their samples until another shape came."""
+    lines = [_megatron_lm_line(step, skipped=False) for step in range(1, 41)]
+    lines[9] = lines[9].replace("consumed samples", "consume\td samples")
+    stream_records = _parse("".join(lines).encode(), every_line=every_line)[1]
+    samples = stream_records["samples"].to_numpy()
+    assert np.isnan(samples[9]) and not np.isnan(np.delete(samples, 9)).any()
 
 
 def test_a_change_of_shape_for_good_is_read_in_bulk(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,6 +53,11 @@ def strings(texts: list[str]) -> Any:
     return pa.LargeStringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
 
 
+def string_scalar(text: str) -> Any:
+    """`text` as an Arrow large-string scalar, for a kernel's argument (`pa.scalar` imports pandas)."""
+    return strings([text])[0]
+
+
 def numpy_of(array: Any) -> np.ndarray:
     """A boolean, integer or float Arrow array with no nulls (what Arrow's kernels return for
     arrays without them) as numpy: booleans unpacked, numbers a read-only view."""

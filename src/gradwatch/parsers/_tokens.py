@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow, indices, mask, numpy_of
+from gradwatch.parsers._arrow import arrow, indices, mask, numpy_of, string_scalar
 
 #: what `float()` reads from ASCII text (less underscores, which the per-line path handles)
 _FLOAT = r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:nan|inf|infinity))$"
@@ -94,6 +94,6 @@ def rows_matching(tokens: Any, grammars: tuple[str, ...]) -> np.ndarray:
     if len(tokens) == 0:
         return np.zeros(0, dtype=bool)
     rows = pa.LargeListArray.from_arrays(indices(np.arange(0, len(tokens) + 1, width)), tokens)
-    joined = pc.binary_join(rows, pa.scalar("|", pa.large_string()))
+    joined = pc.binary_join(rows, string_scalar("|"))
     row = r"\|".join(f"(?:{grammar})" for grammar in grammars)
     return numpy_of(pc.match_substring_regex(joined, f"^{row}$"))

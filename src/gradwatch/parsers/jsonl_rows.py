@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow, mask, numpy_of
+from gradwatch.parsers._arrow import arrow, mask, numpy_of, string_scalar
 from gradwatch.parsers._bytes import lines_with, text_at, texts_at
 from gradwatch.parsers._tokens import floats, ranges_array, rows_matching
 
@@ -116,9 +116,9 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
 def values_of(tokens: Any, rows: np.ndarray) -> np.ndarray | None:
     """The values of the tokens marked in `rows` (which their grammars took) as float64, `null`
     as NaN (None: one is no number)."""
-    pa, pc = arrow()
+    _, pc = arrow()
 
-    null = rows & numpy_of(pc.equal(tokens, pa.scalar("null", pa.large_string())))
+    null = rows & numpy_of(pc.equal(tokens, string_scalar("null")))
     numbers = rows & ~null
     if numbers.all():
         return floats(tokens)

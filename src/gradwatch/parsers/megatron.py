@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.events import EventKind
-from gradwatch.parsers._text import clean, norm_key, number, timestamp
+from gradwatch.parsers._text import clean, digit_numbers, norm_key, number, timestamp, timestamps
 from gradwatch.parsers.base import MAX_STEP, Block, Hits, ParseOutput, Parser, TableHits
 from gradwatch.parsers.megatron_rows import Layout, find
 
@@ -246,8 +246,12 @@ class MegatronParser(Parser):
             nonfinite[row] = ",".join(name for name, mask in flagged.items() if mask[row])
         ts = np.full(n, np.nan)
         # room for a date and time (17 characters at least) before `iteration`: the line's time,
-        # read from the whole line as the per-line path does (its length counts)
-        for row in np.flatnonzero(hits.at - hits.line_starts >= 17).tolist():
+        # read from the whole line as the per-line path does (its length counts); Megatron-LM's
+        # ` [date] ` all at once
+        dated = np.flatnonzero(hits.at - hits.line_starts >= 17)
+        times, read = _bracketed_times(text, hits.line_starts[dated])
+        ts[dated[read]] = times[read]
+        for row in dated[~read].tolist():
             start = int(hits.line_starts[row])
             stamp = timestamp(clean(text[start : text.find("\n", start)]))
             if stamp is not None:
@@ -392,12 +396,15 @@ def _compile_template(text: str, iteration: re.Match[str]) -> _Template | None:
         key = part[:i].strip()
         if not key:
             return None
-        words = list(map(re.escape, key.split()))
+        # words apart by spaces, which `norm_key` drops, as the per-field reading (`_fields`) does:
+        # a key the template takes is one of the same field (`lm  loss`), not another one
+        # (`consumed tokens` for `consume\td tokens`, whose tab `norm_key` keeps)
+        words = [re.escape(word) for word in key.split(" ") if word]
         spec = _FIELDS.get(norm_key(key))
         value = r"[^|]*" if spec is None else r"([^|]*)"
-        line_pieces.append(r"\s*" + r"\s*".join(words) + r"\s*" + re.escape(sep) + value)
+        line_pieces.append(r"\s*" + r" *".join(words) + r"\s*" + re.escape(sep) + value)
         block_value = r"[^|\n]*" if spec is None else r"([^|\n]*)"
-        block_pieces.append(r"[ \t]*" + r"[ \t]*".join(words) + r"[ \t]*" + re.escape(sep) + block_value)
+        block_pieces.append(r"[ \t]*" + r" *".join(words) + r"[ \t]*" + re.escape(sep) + block_value)
         if spec is not None:
             specs.append(spec)
             wanted.append(index - 1)
@@ -408,6 +415,33 @@ def _compile_template(text: str, iteration: re.Match[str]) -> _Template | None:
     simple = wanted[0] >= 0 and wanted[-1] < len(parts) - 2  # neither before the first pipe nor after the last
     layout = Layout.of(text, iteration.start(), wanted) if simple else None
     return _Template(line, block, tuple(specs), layout)
+
+
+def _bracketed_times(text: str, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of the lines of `text` that begin at `starts`, those that begin `[YYYY-MM-DD HH:MM:SS]`
+    after one space or none (Megatron-LM's records), and their times as `timestamp` reads them
+    from the cleaned line (NaN where it reads none): all at once. Returns (times, which lines).
+
+    No launcher prefix begins so, and an escape sequence after the date leaves it as it is: such
+    a line is what `clean` leaves of it, as far as the time goes."""
+    if not len(starts):
+        return np.zeros(0), np.zeros(0, dtype=bool)
+    codes = np.frombuffer(text.encode("latin-1", errors="replace"), dtype=np.uint8)  # a byte a character
+    begin = starts + (codes[starts] == ord(" "))
+    window = codes[np.minimum(begin[:, None] + np.arange(len(_BRACKETED)), len(codes) - 1)]
+    ok = begin + len(_BRACKETED) <= len(codes)
+    ok &= ((window - ord("0") < 10) == _BRACKETED_DIGITS).all(axis=1)  # digits where it has them
+    ok &= (window[:, ~_BRACKETED_DIGITS] == _BRACKETED_CODES[~_BRACKETED_DIGITS]).all(axis=1)
+    fields = np.zeros((len(starts), 7), dtype=np.int64)  # (no fraction of a second: `]` follows)
+    fields[:, :6] = digit_numbers(window, _BRACKETED_NUMBERS)
+    return timestamps(fields), ok
+
+
+#: Megatron-LM's time before a record, its digits as zeros: year, month, day, hour, minute, second
+_BRACKETED = b"[0000-00-00 00:00:00]"
+_BRACKETED_CODES = np.frombuffer(_BRACKETED, dtype=np.uint8)
+_BRACKETED_DIGITS = np.frombuffer(_BRACKETED, dtype=np.uint8) == ord("0")
+_BRACKETED_NUMBERS = ((1, 5), (6, 8), (9, 11), (12, 14), (15, 17), (18, 20))
 
 
 def _reads_in_bulk(template: _Template | None) -> bool:

@@ -26,6 +26,8 @@ _WORD = np.zeros(256, dtype=bool)  # what `\b` before `iteration` must not follo
 _WORD[np.frombuffer(b"0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", dtype=np.uint8)] = True
 #: larger steps are not exact as floats: the regex path reads them
 _EXACT_INT = 2.0**53
+#: prefixes before `iteration` up to this long are searched all at once (longer ones one by one)
+_PREFIX_SEARCHED = 64
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,13 @@ def _plain_prefixes(codes: np.ndarray, starts: np.ndarray, at: np.ndarray, contr
         line = np.searchsorted(starts, odd, side="right") - 1  # the candidate line each may be in
         inside = (line >= 0) & (odd < at[np.maximum(line, 0)])
         ok[line[inside]] = False
-    for row in np.flatnonzero(at - starts >= 9).tolist():
+    rows = np.flatnonzero(at - starts >= 9)  # room for an `iteration` before
+    width = at[rows] - starts[rows]
+    at_once = (width <= _PREFIX_SEARCHED) & (starts[rows] + _PREFIX_SEARCHED <= len(codes))
+    if at_once.any():  # (Megatron-LM's ` [date] ` before every record)
+        prefixes = strings(codes, _PREFIX_SEARCHED)[starts[rows[at_once]]]
+        ok[rows[at_once][np.char.find(prefixes, b"iteration", 0, width[at_once]) >= 0]] = False
+    for row in rows[~at_once].tolist():
         if b"iteration" in codes[starts[row] : at[row]].tobytes():
             ok[row] = False
     return ok
