@@ -4,7 +4,9 @@
 
 For each format, generates (once, into benchmarks/data/, git-ignored) a realistic log of about
 SIZE MB with src/gradwatch/synth.py: Megatron-DeepSpeed fp16 with its timer and DeepSpeed lines,
-OLMo multi-line records, HF Trainer dict lines, JSON lines. `FORMAT:N` logs every N steps (e.g.
+Megatron-LM's dated records (fp16: a skipped iteration now and then, printed without its grad
+norm), OLMo multi-line records, HF Trainer dict lines, JSON lines, torchtitan's coloured metrics
+lines. `FORMAT:N` logs every N steps (e.g.
 `hf-trainer:10`, the Trainer's `logging_steps`, whose tqdm bars then count steps, not dicts).
 Then, in the same run and on the same warm file, times `cat FILE > /dev/null`, `grep -c PATTERN
 FILE` and `gradwatch check --output json FILE` (the full pipeline: parsing, all detectors, the
@@ -80,7 +82,7 @@ def log_for(name: str, size_mb: int) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024)
-    parser.add_argument("--formats", default="megatron-deepspeed,olmo,hf-trainer,jsonl")
+    parser.add_argument("--formats", default="megatron-deepspeed,megatron-lm,olmo,hf-trainer,jsonl,torchtitan")
     parser.add_argument("--repeat", type=int, default=1, help="runs per command; the fastest counts")
     parser.add_argument(
         "--jobs", default="auto", help="comma-separated `check --jobs` values to time, e.g. 1,2 (auto: its default)"
