@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradwatch.parsers._tokens import ranges_array, rows_matching
-from gradwatch.parsers.jsonl_rows import GRAMMARS, KINDS, values_of
+from gradwatch.parsers._tokens import floats_of, ranges_array, rows_matching
+from gradwatch.parsers.jsonl_rows import GRAMMARS, KINDS
 
 ALONE = {kind: re.compile(f"(?:{pattern})") for kind, pattern in GRAMMARS.items()}
 
@@ -134,6 +134,6 @@ def test_every_grammatical_value_is_taken(texts: list[str]) -> None:
 )
 def test_values_convert_with_null_as_nan(texts: list[str]) -> None:
     tokens = _tokens(texts)
-    values = values_of(tokens, np.ones(len(texts), dtype=bool))
+    values = floats_of(tokens, "null")
     assert values is not None
     np.testing.assert_array_equal(values, [float("nan") if t == "null" else float(t) for t in texts])

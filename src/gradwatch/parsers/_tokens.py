@@ -97,3 +97,19 @@ def rows_matching(tokens: Any, grammars: tuple[str, ...]) -> np.ndarray:
     joined = pc.binary_join(rows, string_scalar("|"))
     row = r"\|".join(f"(?:{grammar})" for grammar in grammars)
     return numpy_of(pc.match_substring_regex(joined, f"^{row}$"))
+
+
+def floats_of(tokens: Any, null: str) -> np.ndarray | None:
+    """The tokens as float64, the word `null` (`None`, `null`) as NaN; None when one is neither
+    that nor a number as `float()` reads numbers."""
+    _, pc = arrow()
+
+    nulls = numpy_of(pc.equal(tokens, string_scalar(null)))
+    if not nulls.any():
+        return floats(tokens)
+    read = floats(tokens.filter(mask(~nulls)))
+    if read is None:
+        return None
+    values = np.full(len(tokens), np.nan)
+    values[~nulls] = read
+    return values

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from gradwatch.parsers._arrow import arrow, mask, numpy_of, string_scalar
+from gradwatch.parsers._arrow import mask
 from gradwatch.parsers._bytes import lines_with, text_at, texts_at
-from gradwatch.parsers._tokens import floats, ranges_array, rows_matching
+from gradwatch.parsers._tokens import floats_of, ranges_array, rows_matching
 
 _COMMA = ord(",")
 #: the template's value grammar (jsonl._NUMBER, or null) without lookarounds, for RE2; a step
@@ -102,7 +101,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     chosen = np.flatnonzero(ok)
     tokens = ranges_array(codes, value_starts[chosen], value_ends[chosen])
     good = rows_matching(tokens, tuple(GRAMMARS[kind] for kind in layout.kinds))
-    read = values_of(tokens, np.repeat(good, k))
+    read = floats_of(tokens if good.all() else tokens.filter(mask(np.repeat(good, k))), "null")
     values = np.zeros((0, k)) if read is None else read
     if read is None:  # not expected: what is left matches the grammar
         good = np.zeros(len(chosen), dtype=bool)
@@ -111,23 +110,6 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray) -> Rows:
     table = np.empty((int(good.sum()), k))
     table[:, layout.order] = values.reshape(-1, k)
     return Rows(starts[accepted], table, _spans(starts[~accepted], ends[~accepted]))
-
-
-def values_of(tokens: Any, rows: np.ndarray) -> np.ndarray | None:
-    """The values of the tokens marked in `rows` (which their grammars took) as float64, `null`
-    as NaN (None: one is no number)."""
-    _, pc = arrow()
-
-    null = rows & numpy_of(pc.equal(tokens, string_scalar("null")))
-    numbers = rows & ~null
-    if numbers.all():
-        return floats(tokens)
-    read = floats(tokens.filter(mask(numbers)))
-    if read is None:
-        return None
-    values = np.full(int(rows.sum()), np.nan)
-    values[~null[rows]] = read
-    return values
 
 
 def _spans(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
