@@ -113,6 +113,29 @@ def test_real_logs_are_present_or_this_says_why() -> None:
         pytest.skip("real samples not present: ../shared/samples/real (third-party logs, not shipped)")
 
 
+@pytest.mark.parametrize("wrapped", [17, 200])
+def test_a_rank_copy_read_in_bulk_is_dropped_however_many_records_follow_it(wrapped: int) -> None:
+    """Another rank's copy of the last record of a block opens the next one, then come records
+    hard-wrapped over two lines (read one by one): the copy, read in bulk when the block is
+    done, is told from the records before it. It was kept once 16 records came after it."""
+    line = (
+        " iteration {:8d}/  159576 | consumed samples:       488048 | elapsed time per iteration (ms): 61947.6 | "
+        "learning rate: 6.000E-05 | global batch size:   176 | lm loss: 3.317482E+00 | loss scale: 65536.0 | "
+        "grad norm: 23.4 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+    head = "".join(line.format(k) + "\n" for k in range(1, 31))
+    rest = [line.format(30)]  # the copy
+    for k in range(31, 31 + wrapped):
+        record = line.format(k)
+        cut = record.index("| lm loss")
+        rest += [record[:cut], record[cut:]]
+    data = (head + "\n".join(rest) + "\n").encode()
+    cut_at_copy = [len(head.encode())]
+    read = _parse(data, cut_at_copy)
+    _assert_same(read, _parse(data, cut_at_copy, every_line=True))
+    assert len(read[1]) == 30 + wrapped
+
+
 def test_bulk_path_reads_a_nan_step_and_a_validation_record_in_order() -> None:
     """A record of another shape in the middle of bulk-read records keeps its place and its NaN flag."""
     line = (

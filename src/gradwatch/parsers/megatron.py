@@ -58,7 +58,9 @@ _SAVED = re.compile(r"saving checkpoint at iteration\s+(\d+)")
 _VOCAB = re.compile(r"padded vocab \(size: (\d+)\).*?new size: (\d+)")
 _LOSS_VALUE = re.compile(r"lm loss value[:=]\s*(\S+)")
 _MAX_WRAPPED_LINES = 3
-_RECENT_RECORDS = 16
+#: records remembered for the rank dedupe of bulk records (`_remember`) at most: a bound on
+#: memory only, far above the records read one by one in a block between bulk ones
+_RECENT_RECORDS = 1 << 14
 _UNSEEN = object()
 _INF, _NEG_INF = float("inf"), float("-inf")
 
@@ -89,8 +91,9 @@ class MegatronParser(Parser):
         self._template: _Template | None = None  # the shape of the latest record read one by one
         self._bulk_template: _Template | None = None
         self._last_record_step: int | None = None
-        # (line, step) of recent records in line order, for the rank dedupe of bulk records, which
-        # the stream may hand over only after a later record was read line by line
+        # (line, step) of the records since the last one before the block read in bulk, in line
+        # order, for the rank dedupe of bulk records, which the stream may hand over only after
+        # later records were read line by line (however many: see `bulk_matches`)
         self._recent: list[tuple[int, int]] = []
         self.total_steps: int | None = None
 
@@ -203,6 +206,7 @@ class MegatronParser(Parser):
         Lines are found by their layout at numpy speed (`megatron_rows`); the regex reads those
         that the layout does not fit.
         """
+        del self._recent[:-1]  # the block's hits are told apart from the last record before it on
         t = self._sought
         width = len(t.specs) if t is not None else 0
         if t is None or not self.can_bulk():
@@ -283,7 +287,7 @@ class MegatronParser(Parser):
         recent = self._recent
         bisect.insort(recent, (line, step if 0 <= step <= MAX_STEP else -1))  # garbage is no step
         if len(recent) > _RECENT_RECORDS:
-            del recent[0]
+            del recent[: _RECENT_RECORDS // 2]
 
     def _fields(self, body: str) -> tuple[dict[str, float], list[str]]:
         """Every known `key: value` field of a record body, whatever its order and form."""
