@@ -314,9 +314,11 @@ class LogStream:
                     break
                 i = bisect_left(ends, found, i)  # the first bulk record not ending before it
                 start = text.rfind("\n", 0, found) + 1
-                if not lock_tried and self._locked_by(bulk_parser, i):  # (at most `i` records before)
+                if i and not lock_tried and self._locked_by(bulk_parser, i):  # (at most `i` records before)
                     done = [k for k in range(i) if taken[k]]
-                    if self._locked_by(bulk_parser, len(done)):
+                    # (bulk records do it, as their lines would one by one; with none before the
+                    # line, the format is not locked here, though enough records may be read)
+                    if done and self._locked_by(bulk_parser, len(done)):
                         # the records before this line lock the file's format, as read one by one
                         # they would have: record them, then read on from here with it locked
                         read_one_by_one = (last_line_record, last_line_step)
