@@ -113,6 +113,24 @@ def test_real_logs_are_present_or_this_says_why() -> None:
         pytest.skip("real samples not present: ../shared/samples/real (third-party logs, not shipped)")
 
 
+def test_a_format_known_before_a_record_closed_by_a_line_no_parser_takes_locks_as_read_one_by_one() -> None:
+    """OLMo's 20th record is closed by a line no parser takes, so nothing locks the format there;
+    one by one it locks at the next record's first line, and an HF evaluation dict after it is no
+    record. The fast path spent its one lock check a block on a line with no bulk record before
+    it, and read the dict as a record."""
+
+    def record(k: int) -> list[str]:
+        return [f"2024-03-02 08:00:{k:02d}.000 node-025:0  olmo.train:908  INFO    [step={k}/100,epoch=0]",
+                "    train/CrossEntropyLoss=3.1"]  # fmt: skip
+
+    save = "[2024-03-02 08:10:59,126] [INFO] [engine.py:3000:save] saving a checkpoint"
+    lines = [line for k in range(1, 21) for line in record(k)]
+    lines += ["NCCL chatter", save, *record(21), save, "{'eval_loss': 2.5, 'eval_runtime': 1.0, 'epoch': 0.5}"]
+    data = ("\n".join(lines) + "\n").encode()
+    _assert_reads_as_plain(data, seed=5)
+    assert _parse(data)[0] == "olmo" and len(_parse(data)[1]) == 21
+
+
 @pytest.mark.parametrize("wrapped", [17, 200])
 def test_a_rank_copy_read_in_bulk_is_dropped_however_many_records_follow_it(wrapped: int) -> None:
     """Another rank's copy of the last record of a block opens the next one, then come records
@@ -456,6 +474,33 @@ def test_a_key_with_a_tab_is_no_template_for_the_usual_keys(every_line: bool) ->
     stream_records = _parse("".join(lines).encode(), every_line=every_line)[1]
     samples = stream_records["samples"].to_numpy()
     assert np.isnan(samples[9]) and not np.isnan(np.delete(samples, 9)).any()
+
+
+def test_a_rank_copy_after_many_records_of_another_shape_is_one_record() -> None:
+    """Records of another shape read one by one (skipped iterations) no longer end a block's
+    bulk round: a copy of a record read in bulk is told from its original, read one by one (an
+    escape before it), however many came before the round's end (review of 4ef9d03)."""
+    lines = []
+    for step in range(1, 301):
+        line = _megatron_lm_line(step, skipped=step > 100 and step % 5 == 0)
+        lines += ["\x1b[0m" + line, line] if step == 100 else [line]
+    data = "".join(lines).encode()
+    read = _parse(data)
+    _assert_same(read, _parse(data, every_line=True))
+    assert len(read[1]) == 300
+
+
+def test_a_nan_step_after_records_read_in_bulk_is_flagged_as_read_one_by_one() -> None:
+    """A record without its loss field is a NaN step once a loss was seen: one read in bulk,
+    whose block is recorded only after the NaN step was read one by one, counts (it did only
+    after the bulk records were written; older)."""
+    lines = [_megatron_lm_line(step, skipped=False).replace("lm loss: ", "lm loss: x") for step in range(1, 41)]
+    lines += [_megatron_lm_line(step, skipped=False) for step in range(41, 100)]
+    lines[59] = re.sub(r" lm loss: \S+ \|", "", lines[59])  # step 60: a NaN step
+    data = "".join(lines).encode()
+    read = _parse(data)
+    _assert_same(read, _parse(data, every_line=True))
+    assert read[1]["nonfinite"].tolist()[59] == "loss"
 
 
 def test_a_change_of_shape_for_good_is_read_in_bulk(monkeypatch: pytest.MonkeyPatch) -> None:

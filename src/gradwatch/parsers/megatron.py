@@ -82,6 +82,8 @@ class MegatronParser(Parser):
     _previous_shape: _Template | None = None
     #: whether a record was read in bulk since the last one read one by one
     _bulk_between = False
+    #: of the block's bulk hits, the first whose record keeps its loss (`_losses_kept`)
+    _first_loss: int | None = None
 
     def __init__(self) -> None:
         self._pending: tuple[str, int, float | None] | None = None
@@ -218,11 +220,16 @@ class MegatronParser(Parser):
         rows = find(t.layout, block.codes, block.newlines, "\r" in text or "\x1b" in text)
         found = TableHits(rows.at, rows.line_starts, rows.values[:, 0].astype(np.int64), rows.values)
         odd = [m for start, end in rows.odd if (m := t.block.search(text, start, end)) is not None]
-        return found.merged(_of_matches(text, odd, width)) if odd else found
+        hits = found.merged(_of_matches(text, odd, width)) if odd else found
+        kept = _losses_kept(t, hits.values)
+        self._first_loss = int(np.argmax(kept)) if kept.any() else None
+        return hits
 
     def bulk_passed(self, hits: Hits, k: int) -> None:
         self._last_record_step = hits.step(k)
         self._bulk_between = True
+        if self._first_loss is not None and k >= self._first_loss:
+            self._seen_loss = True  # as the record's line, read one by one, would have set it
 
     def bulk_records(self, text: str, hits: Hits, linenos: np.ndarray, out: ParseOutput) -> None:
         """Turn bulk hits into one columnar chunk of records."""
@@ -260,7 +267,8 @@ class MegatronParser(Parser):
             stamp = timestamp(clean(text[start : text.find("\n", start)]))
             if stamp is not None:
                 ts[row] = stamp
-        self._seen_loss = True
+        if _losses_kept(t, hits.values).any():
+            self._seen_loss = True
         # the same iteration printed again by another rank, right after the first copy
         fresh = steps != self._previous_steps(linenos, steps)
         self._remember(int(linenos[-1]), int(steps[-1]))
@@ -446,6 +454,16 @@ _BRACKETED = b"[0000-00-00 00:00:00]"
 _BRACKETED_CODES = np.frombuffer(_BRACKETED, dtype=np.uint8)
 _BRACKETED_DIGITS = np.frombuffer(_BRACKETED, dtype=np.uint8) == ord("0")
 _BRACKETED_NUMBERS = ((1, 5), (6, 8), (9, 11), (12, 14), (15, 17), (18, 20))
+
+
+def _losses_kept(template: _Template, values: np.ndarray) -> np.ndarray:
+    """Per bulk hit (its row of `values`), whether its record keeps its loss, as `_record` has it:
+    not the 0.0 of an interval whose iterations were all skipped."""
+    names = [name for name, _ in template.specs]
+    if "skipped" not in names:
+        return np.ones(len(values), dtype=bool)
+    loss, skipped = values[:, 2 + names.index("loss")], values[:, 2 + names.index("skipped")]
+    return ~((loss == 0.0) & (skipped > 0))
 
 
 def _reads_in_bulk(template: _Template | None) -> bool:
