@@ -7,9 +7,11 @@ two in the time, one after each field's key, one more after a `[rankN]:` head. C
 line's end, they place everything: the time right before the first of them, each key (with the
 spaces and colour code before it) right before its colon, the tail after the last value. Every
 check is one operation over all lines: fixed texts compared as strings, the time's digits read by
-numpy, the values checked by RE2 against the bulk regex's own grammar (these patterns: RE2's `\\d`
-and `\\w` are ASCII, as in a `re.ASCII` regex) and converted by Arrow's cast. A line that may be
-a metrics line (`COLONS`) but fails a check is handed back (`Rows.odd`) to the regex.
+numpy, a line's values checked by RE2 against the bulk regex's own grammars in one search
+(`_tokens.rows_matching`; these patterns: RE2's `\\d` and `\\w` are ASCII, as in a `re.ASCII`
+regex) and converted by Arrow's cast. The heads before the time equal to the first line's are
+compared as bytes (`_heads`). A line that may be a metrics line (`COLONS`) but fails a check is
+handed back (`Rows.odd`) to the regex.
 
 A line that passes holds nothing but ASCII text that the checks compared, so in a block that is
 not ASCII (`?` in `Block.codes` for the other characters) a line with such a character fails.
