@@ -158,3 +158,19 @@ def test_taken_columns_are_the_frames(drop: frozenset[str]) -> None:
     batch = ColumnBatch.of(Batch(frame), taken)
     assert batch.columns is taken
     assert ColumnBatch.of(Batch(frame.copy()), taken).columns is not taken  # another frame: its own columns
+
+
+def test_a_batchs_flagged_records_are_worked_out_once_and_cannot_be_changed() -> None:
+    """`Columns.flagged`: the records with a non-finite value logged, as the detectors that leave
+    them to the nonfinite detector read them, computed once a batch and read-only."""
+    builder = RecordBuilder()
+    names = np.array(["", "loss", "", "grad_norm,loss"], dtype=object)
+    builder.add_columns(np.arange(4), np.arange(1, 5), np.full(4, np.nan), {"loss": np.ones(4)}, names, "x")
+    builder.take()
+    columns = builder.taken
+    assert columns is not None
+    flagged = columns.flagged()
+    assert flagged.tolist() == [False, True, False, True]
+    assert columns.flagged() is flagged
+    with pytest.raises(ValueError, match="read-only"):
+        flagged[0] = True

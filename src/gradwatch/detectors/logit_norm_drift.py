@@ -144,7 +144,7 @@ class LogitNormDrift(Detector):
         rec = columns(batch)
         names, loss = rec["nonfinite"], rec["loss"]
         steps, lines = rec["step"], rec["line"]
-        for pos in np.flatnonzero(names != "").tolist():
+        for pos in np.flatnonzero(rec.flagged()).tolist():
             if "ppl" in names[pos].split(",") and np.isfinite(loss[pos]):
                 self._ppl_alerted = True
                 return [

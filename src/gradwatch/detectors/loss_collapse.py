@@ -67,7 +67,7 @@ class LossCollapse(Detector):
         cfg = self.config
         rec = columns(batch)
         loss = rec["loss"]
-        ok = np.isfinite(loss) & (rec["nonfinite"] == "")  # a NaN step is not a collapse
+        ok = np.isfinite(loss) & ~rec.flagged()  # a NaN step is not a collapse
         if not ok.any():
             return []
         grad_all = rec["grad_norm"]

@@ -86,7 +86,7 @@ class LossDivergence(Detector):
     def update(self, batch: Batch) -> list[Alert]:
         rec = columns(batch)
         loss = rec["loss"]
-        ok = np.isfinite(loss) & (rec["nonfinite"] == "")
+        ok = np.isfinite(loss) & ~rec.flagged()
         if not ok.any():
             return []
         v, steps, lines = loss[ok], rec["step"][ok], rec["line"][ok]

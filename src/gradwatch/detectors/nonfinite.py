@@ -61,7 +61,7 @@ class Nonfinite(Detector):
             return alerts
         names = rec["nonfinite"]
         nan_count = np.nan_to_num(rec["nan_count"], nan=0.0)
-        bad = (names != "") | (nan_count > 0)
+        bad = rec.flagged() | (nan_count > 0)
         steps, lines = rec["step"], rec["line"]
         start = self._seen
         self._seen += len(rec)
