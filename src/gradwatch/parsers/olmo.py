@@ -201,7 +201,8 @@ class OlmoParser(Parser):
         """Records of a known shape (the bulk path; see LogStream and `olmo_rows`)."""
         if not self.can_bulk():
             return Records.empty(())
-        found = find(self._layouts, block.codes, block.newlines, block.ascii)
+        controls = "\x1b" in block.text or "\r" in block.text
+        found = find(self._layouts, block.codes, block.newlines, block.ascii, controls)
         self._bulk.handed(len(found), retry=False)
         return found
 

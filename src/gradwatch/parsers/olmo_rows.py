@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.parsers._arrow import arrow, numpy_of
-from gradwatch.parsers._bytes import line_starts, text_at
+from gradwatch.parsers._bytes import line_starts, text_at, texts_at
 from gradwatch.parsers._text import digit_numbers, timestamps
 from gradwatch.parsers._tokens import numbers_at, ranges_array
 
@@ -89,20 +89,24 @@ class Records:
         )
 
 
-def find(layouts: list[Layout], codes: np.ndarray, newlines: np.ndarray, ascii_only: bool) -> Records:
-    """The records of a block (`codes`, one byte a character; `newlines`, where its lines end)
-    that fit one of `layouts` exactly, in order."""
+def find(
+    layouts: list[Layout], codes: np.ndarray, newlines: np.ndarray, ascii_only: bool, controls: bool = True
+) -> Records:
+    """The records of a block (`codes`, one byte a character; `newlines`, where its lines end;
+    `controls`: whether it may hold escapes or carriage returns) that fit one of `layouts`
+    exactly, in order."""
     names = tuple(dict.fromkeys(name for layout in layouts for _, name in layout.read))
     marks, lines = _markers(codes, newlines)
     if not len(marks):
         return Records.empty(names)
     # lines the per-line path reads otherwise: escapes and carriage returns (and in a block that
     # is not ASCII, `?`, which may stand for any character)
-    odd = (codes == 27) | (codes == 13)
-    if not ascii_only:
-        odd |= codes == ord("?")
     odd_lines = np.zeros(len(newlines) + 1, dtype=np.int64)
-    odd_lines[1:] = np.cumsum(np.bincount(np.searchsorted(newlines, np.flatnonzero(odd)), minlength=len(newlines)))
+    if controls or not ascii_only:
+        odd = (codes == 27) | (codes == 13)
+        if not ascii_only:
+            odd |= codes == ord("?")
+        odd_lines[1:] = np.cumsum(np.bincount(np.searchsorted(newlines, np.flatnonzero(odd)), minlength=len(newlines)))
     found = [_of_layout(layout, names, codes, newlines, marks, lines, odd_lines) for layout in layouts]
     found = [f for f in found if len(f)]
     if not found:
@@ -144,8 +148,7 @@ def _of_layout(
     ok = lines + k + 1 < len(newlines)
     marks, lines = marks[ok], lines[ok]
     ok = odd_lines[lines + k + 1] == odd_lines[lines]
-    for j, key in enumerate(layout.keys):
-        ok &= text_at(codes, newlines[lines + j] + 1, key)
+    ok &= texts_at(codes, newlines[lines[:, None] + np.arange(k)] + 1, layout.keys)  # each key at its line's start
     ok &= _starts_with_date(codes, newlines[lines + k] + 1)
     marks, lines = marks[ok], lines[ok]
     starts = line_starts(newlines, lines)
