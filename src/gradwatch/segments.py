@@ -1,8 +1,9 @@
 """Reading one large archived file on several cores: segments cut at line starts, parsed by
 worker processes, merged back in file order for the detectors.
 
-The main process reads the file's first chunk itself, so that the format is known and its
-templates are compiled; each worker starts from a copy of that stream. Before its segment a
+The main process reads the file's head itself (its first chunks, until the format is known:
+`HEAD_BYTES`, `HEAD_LIMIT`), so that its templates are compiled; each worker starts from a copy
+of that stream. Before its segment a
 worker reads a stretch of the lines just before it (the warm-up), so that the facts carried
 from line to line (the last step, the copy of a record another rank printed, the last overflow)
 are what a sequential read would have had there; what it finds in the warm-up is dropped. A
