@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from gradwatch.parsers._bytes import text_at, texts_at
+from gradwatch.parsers._bytes import shaped_like, text_at, texts_at
 
 
 def _one_by_one(block: bytes, positions: np.ndarray, texts: list[bytes]) -> list[bool]:
@@ -60,3 +60,10 @@ def test_a_position_before_the_block_holds_no_text() -> None:
     wraps = -(len(codes) - 7)  # numpy would read the words at the block's start from here
     assert texts_at(codes, np.array([[-8], [wraps], [0]]), [text]).tolist() == [False, False, True]
     assert texts_at(codes, np.array([[-1]]), [b"ab"]).tolist() == [False]
+
+
+def test_shaped_like_takes_digits_where_the_shape_has_zeros_and_its_own_bytes_elsewhere() -> None:
+    shape = b"[0000-00-00 00:00:00]"
+    rows = [b"[2024-03-02 08:00:30]", b"[2024-03-02T08:00:30]", b"[2024-3-02 08:00:30 ]", b"[2024-03-02 08:00:3x]"]
+    window = np.frombuffer(b"".join(rows), dtype=np.uint8).reshape(len(rows), len(shape))
+    assert shaped_like(window, shape).tolist() == [True, False, False, False]

@@ -49,6 +49,15 @@ def text_at(codes: np.ndarray, positions: np.ndarray, text: bytes) -> np.ndarray
     return (positions <= room) & (strings(codes, len(text))[np.minimum(positions, room)] == text)
 
 
+def shaped_like(window: np.ndarray, shape: bytes) -> np.ndarray:
+    """Per row of `window` (bytes, as wide as `shape`), whether it is `shape` with any digit
+    where `shape` has a 0 (a date and time, say: b"0000-00-00 00:00:00")."""
+    codes = np.frombuffer(shape, dtype=np.uint8)
+    digits = codes == ord("0")
+    ok: np.ndarray = ((window - ord("0") < 10) == digits).all(axis=1)
+    return ok & (window[:, ~digits] == codes[~digits]).all(axis=1)
+
+
 def texts_at(codes: np.ndarray, positions: np.ndarray, texts: tuple[bytes, ...] | list[bytes]) -> np.ndarray:
     """Per row of `positions` (rows, one column per text), whether each of `texts` is at its
     column's position (a position that leaves no room for it, or is negative: no).

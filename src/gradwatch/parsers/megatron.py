@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.events import EventKind
+from gradwatch.parsers._bytes import shaped_like
 from gradwatch.parsers._text import clean, digit_numbers, norm_key, number, timestamp, timestamps
 from gradwatch.parsers.base import MAX_STEP, Block, Hits, ParseOutput, Parser, TableHits
 from gradwatch.parsers.megatron_rows import Layout, find
@@ -246,8 +247,8 @@ class MegatronParser(Parser):
             flagged[name] = ~np.isfinite(values)
         if "loss_scale" in metrics:
             metrics["loss_scale"][metrics["loss_scale"] == -1.0] = np.nan
-        if "loss" in metrics and "skipped" in metrics:
-            metrics["loss"][(metrics["loss"] == 0.0) & (metrics["skipped"] > 0)] = np.nan
+        kept = _losses_kept(t, hits.values)
+        metrics["loss"][~kept] = np.nan
         n = len(hits)
         nonfinite = np.full(n, "", dtype=object)
         any_bad = np.zeros(n, dtype=bool)
@@ -267,7 +268,7 @@ class MegatronParser(Parser):
             stamp = timestamp(clean(text[start : text.find("\n", start)]))
             if stamp is not None:
                 ts[row] = stamp
-        if _losses_kept(t, hits.values).any():
+        if kept.any():
             self._seen_loss = True
         # the same iteration printed again by another rank, right after the first copy
         fresh = steps != self._previous_steps(linenos, steps)
@@ -441,9 +442,7 @@ def _bracketed_times(text: str, starts: np.ndarray) -> tuple[np.ndarray, np.ndar
     codes = np.frombuffer(text.encode("latin-1", errors="replace"), dtype=np.uint8)  # a byte a character
     begin = starts + (codes[starts] == ord(" "))
     window = codes[np.minimum(begin[:, None] + np.arange(len(_BRACKETED)), len(codes) - 1)]
-    ok = begin + len(_BRACKETED) <= len(codes)
-    ok &= ((window - ord("0") < 10) == _BRACKETED_DIGITS).all(axis=1)  # digits where it has them
-    ok &= (window[:, ~_BRACKETED_DIGITS] == _BRACKETED_CODES[~_BRACKETED_DIGITS]).all(axis=1)
+    ok = (begin + len(_BRACKETED) <= len(codes)) & shaped_like(window, _BRACKETED)
     fields = np.zeros((len(starts), 7), dtype=np.int64)  # (no fraction of a second: `]` follows)
     fields[:, :6] = digit_numbers(window, _BRACKETED_NUMBERS)
     return timestamps(fields), ok
@@ -451,8 +450,6 @@ def _bracketed_times(text: str, starts: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 #: Megatron-LM's time before a record, its digits as zeros: year, month, day, hour, minute, second
 _BRACKETED = b"[0000-00-00 00:00:00]"
-_BRACKETED_CODES = np.frombuffer(_BRACKETED, dtype=np.uint8)
-_BRACKETED_DIGITS = np.frombuffer(_BRACKETED, dtype=np.uint8) == ord("0")
 _BRACKETED_NUMBERS = ((1, 5), (6, 8), (9, 11), (12, 14), (15, 17), (18, 20))
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from gradwatch.parsers._arrow import arrow, indices, mask, numpy_of
-from gradwatch.parsers._bytes import line_starts, strings, text_at, texts_at
+from gradwatch.parsers._bytes import line_starts, shaped_like, strings, text_at, texts_at
 from gradwatch.parsers._text import digit_numbers, timestamps
 from gradwatch.parsers._tokens import floats, holds, ranges_array, rows_matching
 
@@ -47,6 +47,7 @@ _GROUPS: tuple[tuple[tuple[str, ...], str, tuple[tuple[str, str], ...] | None], 
     (("tps", "tflops"), GROUPED, ((",", ""),)),  # thousands separators
     (("mfu",), MFU, (("%", ""), ("N/A", "nan"))),  # N/A: not logged
 )
+_GRAMMAR_OF = {name: grammar for names, grammar, _ in _GROUPS for name in names}
 _FIELDS = ("step", "loss", "grad_norm", "memory", "tps", "tflops", "mfu")
 #: the metrics read, in the order of `Rows.values` (after the time)
 METRICS = ("loss", "grad_norm", "tps", "tflops", "mfu")
@@ -54,7 +55,6 @@ METRICS = ("loss", "grad_norm", "tps", "tflops", "mfu")
 COLONS = (8, 10)
 
 _TIME = b"0000-00-00 00:00:00,000"  # where the time's digits are: its zeros
-_TIME_DIGITS = np.frombuffer(_TIME, dtype=np.uint8) == ord("0")
 #: the time's numbers (`timestamps`): year, month, day, hour, minute, second, milliseconds
 _TIME_NUMBERS = ((0, 4), (5, 7), (8, 10), (11, 13), (14, 16), (17, 19), (20, 23))
 
@@ -124,8 +124,7 @@ def find(layout: Layout, codes: np.ndarray, newlines: np.ndarray, colons: np.nda
     ok &= text_at(codes, tail, layout.tail)
     clock = strings(codes, len(_TIME))[np.clip(time, 0, len(codes) - len(_TIME))]
     clock = clock.view(np.uint8).reshape(-1, len(_TIME))
-    ok &= ((clock - ord("0") < 10) == _TIME_DIGITS).all(axis=1)  # digits where `_TIME` has them
-    ok &= (clock[:, ~_TIME_DIGITS] == np.frombuffer(_TIME, dtype=np.uint8)[~_TIME_DIGITS]).all(axis=1)
+    ok &= shaped_like(clock, _TIME)
     chosen = np.flatnonzero(ok)
     heads = _heads(codes, starts[chosen], time[chosen])
     # each value with the spaces before it: taken out of the block in one pass
@@ -171,8 +170,7 @@ def _read(tokens: Any, fields: tuple[str, ...], good: np.ndarray) -> _Read:
 
     width = len(fields)
     n = len(tokens) // width
-    grammar = {name: pattern for names, pattern, _ in _GROUPS for name in names}
-    good = good & rows_matching(tokens, tuple(f" +(?:{grammar[name]})" for name in fields))
+    good = good & rows_matching(tokens, tuple(f" +(?:{_GRAMMAR_OF[name]})" for name in fields))
     read: list[tuple[list[str], Any, tuple[tuple[str, str], ...]]] = []
     for names, _, replace in _GROUPS:
         present = [name for name in names if name in fields]
