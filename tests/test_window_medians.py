@@ -2,8 +2,8 @@
 alerts must be those of computing every median.
 
 `prev_window_median(..., wanted)` gives the same medians where wanted (NaN elsewhere), and
-`prev_window_range` bounds them. Then each detector that narrows its medians runs on rough random
-records twice: as shipped, and with every median computed.
+`prev_window_lowest` and `prev_window_highest` bound them. Then each detector that narrows its
+medians runs on rough random records twice: as shipped, and with every median computed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gradwatch.detectors import grad_norm_spike, loss_collapse, stall, throughput_drop
-from gradwatch.detectors.base import Detector, prev_window_median, prev_window_range
+from gradwatch.detectors.base import Detector, prev_window_highest, prev_window_lowest, prev_window_median
 from gradwatch.parsers.stream import Batch
 from gradwatch.records import columns_of
 
@@ -30,7 +30,7 @@ def test_wanted_medians_equal_all_medians_there(seed: int) -> None:
     np.testing.assert_array_equal(some[wanted], everything[wanted])
     assert np.isnan(some[~wanted]).all()
     np.testing.assert_array_equal(same_tail, tail_after)
-    lo, hi = prev_window_range(tail, values, window)
+    lo, hi = prev_window_lowest(tail, values, window), prev_window_highest(tail, values, window)
     known = ~np.isnan(everything)
     assert (lo[known] <= everything[known]).all() and (everything[known] <= hi[known]).all()
     assert (np.isnan(lo) == ~known).all()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import bottleneck as bn
@@ -118,7 +119,8 @@ def prev_window_median(
     Returns (medians, new tail). A value with no predecessor gets NaN. Because the tail carries the
     last `window` values across calls, the result does not depend on where batches were cut.
     `wanted`: a mask of the values whose median is needed, the others get NaN. A detector that
-    rules most values out with the window's bounds (`prev_window_range`) has few medians computed.
+    rules most values out with the window's bounds (`prev_window_lowest`, `prev_window_highest`)
+    has few medians computed.
     """
     joined = np.concatenate([tail, values])
     if wanted is None:
@@ -145,17 +147,29 @@ def prev_window_median(
     return med, joined[-window:]
 
 
-def prev_window_range(tail: np.ndarray, values: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
-    """The smallest and largest of the `window` values before each of `values` (as
-    `prev_window_median` takes them, NaN ignored; NaN where there are none): bounds of the median
-    at a fraction of its cost, so that a detector can tell which medians it needs (`wanted`)."""
+def prev_window_lowest(tail: np.ndarray, values: np.ndarray, window: int) -> np.ndarray:
+    """The smallest of the `window` values before each of `values` (as `prev_window_median` takes
+    them, NaN ignored; NaN where there are none): a bound of the median at a fraction of its cost,
+    so that a detector can tell which medians it needs (`wanted`)."""
+    lowest = _prev_window(bn.move_min, tail, values, window)
+    lowest[lowest < -_HALF_LARGEST] = -np.inf  # the mean of two middle values there overflows: no bound
+    return lowest
+
+
+def prev_window_highest(tail: np.ndarray, values: np.ndarray, window: int) -> np.ndarray:
+    """The largest of the `window` values before each of `values`: `prev_window_lowest`'s other bound."""
+    highest = _prev_window(bn.move_max, tail, values, window)
+    highest[highest > _HALF_LARGEST] = np.inf
+    return highest
+
+
+def _prev_window(move: Callable[..., np.ndarray], tail: np.ndarray, values: np.ndarray, window: int) -> np.ndarray:
+    """bottleneck's moving `move` over the `window` values before each of `values`."""
     joined = np.concatenate([tail, values])
-    width = min(window, len(joined))
-    lo = np.concatenate([[np.nan], bn.move_min(joined, width, min_count=1)[:-1]])[len(tail) :]
-    hi = np.concatenate([[np.nan], bn.move_max(joined, width, min_count=1)[:-1]])[len(tail) :]
-    # the mean of two middle values beyond half the largest float overflows: no bound there
-    lo[lo < -_HALF_LARGEST], hi[hi > _HALF_LARGEST] = -np.inf, np.inf
-    return lo, hi
+    moved = move(joined, min(window, len(joined)), min_count=1)
+    if len(tail):
+        return moved[len(tail) - 1 : -1]
+    return np.concatenate([[np.nan], moved[:-1]])
 
 
 _HALF_LARGEST = float(np.finfo(np.float64).max) / 2

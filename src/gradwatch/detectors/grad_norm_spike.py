@@ -22,8 +22,8 @@ from gradwatch.detectors.base import (
     DetectorConfig,
     Incident,
     columns,
+    prev_window_lowest,
     prev_window_median,
-    prev_window_range,
 )
 from gradwatch.detectors.steps import StepGaps
 from gradwatch.parsers.stream import Batch
@@ -80,7 +80,7 @@ class GradNormSpike(Detector):
         cfg = self.config
         tail = self._tail
         least = math.log(min(cfg.short_ratio, cfg.min_ratio))
-        lowest, _ = prev_window_range(tail, logv, cfg.window)  # the median is no lower
+        lowest = prev_window_lowest(tail, logv, cfg.window)  # the median is no lower
         med, self._tail = prev_window_median(tail, logv, cfg.window, wanted=logv - lowest >= least)
         n_prev = np.minimum(np.arange(len(tail), len(tail) + len(logv)), cfg.window)
         excess = logv - med

@@ -23,8 +23,8 @@ from gradwatch.detectors.base import (
     Incident,
     columns,
     median,
+    prev_window_highest,
     prev_window_median,
-    prev_window_range,
 )
 from gradwatch.parsers.stream import Batch
 
@@ -75,7 +75,7 @@ class LossCollapse(Detector):
         steps, lines = rec["step"][ok], rec["line"][ok]
         wanted = None
         if cfg.fraction > 0:  # low only below a fraction of the window's largest, which must reach min_baseline
-            _, highest = prev_window_range(self._loss_tail, loss, cfg.window)
+            highest = prev_window_highest(self._loss_tail, loss, cfg.window)
             wanted = (loss <= np.maximum(cfg.fraction * highest, cfg.absolute)) & (highest >= cfg.min_baseline)
         med, tail = prev_window_median(self._loss_tail, loss, cfg.window, wanted)
         low = self._low(loss, med)

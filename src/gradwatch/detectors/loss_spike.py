@@ -91,7 +91,8 @@ class LossSpike(Detector):
         # the window in logs: `window` steps at the row's log interval, at least `warmup` logs
         sizes = np.minimum(cfg.window, np.maximum(cfg.warmup, cfg.window // intervals))
         med = np.empty(len(loss))
-        for size in set(sizes.tolist()):  # one size, except while the interval is learnt
+        one_size = sizes[0] == sizes[-1] and bool((sizes == sizes[0]).all())
+        for size in [int(sizes[0])] if one_size else np.unique(sizes).tolist():  # several while the interval is learnt
             rows = sizes == size
             med[rows] = prev_window_median(tail, loss, size)[0][rows]
         joined = np.concatenate([tail, loss])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, columns, prev_window_median, prev_window_range
+from gradwatch.detectors.base import Detector, DetectorConfig, columns, prev_window_highest, prev_window_median
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -66,7 +66,7 @@ class ThroughputDrop(Detector):
         cfg = self.config
         wanted = None
         if cfg.fraction > 0:  # low only below a fraction of the window's largest; the log after a low too
-            _, highest = prev_window_range(self._tail, values, cfg.window)
+            highest = prev_window_highest(self._tail, values, cfg.window)
             maybe = values < cfg.fraction * highest
             wanted = maybe | np.concatenate([[self._prev_low], maybe[:-1]])
         med, self._tail = prev_window_median(self._tail, values, cfg.window, wanted)
