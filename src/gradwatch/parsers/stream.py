@@ -645,16 +645,12 @@ def _decoded(data: bytes | memoryview) -> tuple[str, np.ndarray, bool]:
         text = str(data, "utf-8")  # (as fast as ASCII's decoder where it is ASCII, and it says so)
     except UnicodeDecodeError:
         text = str(data, "utf-8", errors="replace")
-        return text, np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8), False
-    if text.isascii():  # (a flag of the string: no second pass)
-        return text, np.frombuffer(data, dtype=np.uint8), True
-    # valid UTF-8 (tqdm's bars, a quarter faster than encoding the text): a character's bytes
-    # but the first are continuation bytes, and its first byte is ASCII or not. (ASCII's decoder
-    # was tried first once: on such a block, a failed pass and a copy of it for the error)
-    raw = np.frombuffer(data, dtype=np.uint8)
-    codes = raw[(raw & 0xC0) != 0x80]
-    codes[codes >= 0x80] = ord("?")
-    return text, codes, False
+    else:
+        if text.isascii():  # (a flag of the string: no second pass)
+            return text, np.frombuffer(data, dtype=np.uint8), True
+    # (tqdm's bars: 37 ms a 16 MB HF block, against 42 for dropping the continuation bytes of
+    # valid UTF-8 in numpy; ASCII's decoder tried first failed a pass over it, then copied it)
+    return text, np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8), False
 
 
 def _line_bounds(
