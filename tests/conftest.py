@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gradwatch.records import Columns, RecordBuilder
+from gradwatch.records import Columns, RecordBuilder, columns_of
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO.parent / "shared" / "samples" / "real"
@@ -59,6 +59,4 @@ def metric_columns(metrics: dict[str, np.ndarray]) -> Columns:
     builder.add_columns(
         np.arange(n), np.arange(1, n + 1), np.full(n, np.nan), metrics, np.full(n, "", dtype=object), "x"
     )
-    builder.take()
-    assert builder.taken is not None
-    return builder.taken
+    return columns_of(builder.take_columns() or {})

@@ -8,6 +8,7 @@ test feeds the same values in one batch and in random small ones and compares th
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gradwatch.detectors.base import ColumnBatch, median
@@ -15,7 +16,7 @@ from gradwatch.detectors.loss_divergence import LossDivergence
 from gradwatch.detectors.stall import Stall
 from gradwatch.detectors.steps import StepGaps
 from gradwatch.downsample import MinMaxBuckets
-from gradwatch.parsers.stream import Batch
+from gradwatch.parsers.stream import Batch, BatchFacts
 from gradwatch.records import COLUMNS, RecordBuilder, columns_of
 from gradwatch.spike_score import SpikeScore
 from tests.conftest import metric_columns
@@ -132,9 +133,8 @@ def test_min_max_buckets_queue_small_additions() -> None:
     assert small.x_range() == whole.x_range() and len(small) == len(whole)
 
 
-@pytest.mark.parametrize("drop", [frozenset(), frozenset({"deepspeed"})])
-def test_taken_columns_are_the_frames(drop: frozenset[str]) -> None:
-    """Rows and bulk chunks, out of line order, some dropped: the columns handed on are the frame's."""
+def _mixed_builder() -> RecordBuilder:
+    """Rows and bulk chunks, out of line order, from two parsers."""
     builder = RecordBuilder()
     builder.add(7, 30, None, {"loss": 2.0}, source="megatron")
     builder.add(8, 31, 5.0, {"loss": 1.0, "grad_norm": np.nan}, ("grad_norm",), source="deepspeed")
@@ -146,18 +146,38 @@ def test_taken_columns_are_the_frames(drop: frozenset[str]) -> None:
         np.array(["", ""], dtype=object),
         "megatron",
     )
-    frame = builder.take(drop)
-    taken = builder.taken
-    assert taken is not None and taken.frame is frame
+    return builder
+
+
+@pytest.mark.parametrize("drop", [frozenset(), frozenset({"deepspeed"})])
+def test_a_batchs_columns_are_its_frames(drop: frozenset[str]) -> None:
+    """Some rows dropped: the columns a check hands on (no frame built) are those of the frame a
+    live tail takes, and the frame built from them when asked for is that frame."""
+    frame = _mixed_builder().take(drop)
+    columns = columns_of(_mixed_builder().take_columns(drop) or {})
     assert list(frame.columns) == list(COLUMNS) and frame["line"].is_monotonic_increasing
+    assert len(columns) == len(frame) and all(name in columns for name in COLUMNS) and "other" not in columns
     for name in COLUMNS:
         expected = frame[name].to_numpy()
-        assert taken[name].dtype == expected.dtype
-        np.testing.assert_array_equal(taken[name], expected)
-        assert not taken[name].flags.writeable
-    batch = ColumnBatch.of(Batch(frame), taken)
-    assert batch.columns is taken
-    assert ColumnBatch.of(Batch(frame.copy()), taken).columns is not taken  # another frame: its own columns
+        assert columns[name].dtype == expected.dtype
+        np.testing.assert_array_equal(columns[name], expected)
+        assert not columns[name].flags.writeable
+    with pytest.raises(KeyError):
+        columns["other"]
+    pd.testing.assert_frame_equal(columns.frame, frame)
+    batch = ColumnBatch(BatchFacts(), columns)
+    assert batch.records is columns.frame and ColumnBatch.of(batch) is batch
+    assert ColumnBatch.of(Batch(frame)).columns["loss"].tolist() == frame["loss"].tolist()
+
+
+def test_a_batchs_frame_can_be_written_to() -> None:
+    """A plugin may change the frame it is handed (its own copy of the columns): the columns the
+    detectors read stay as they were."""
+    columns = columns_of(_mixed_builder().take_columns() or {})
+    frame = ColumnBatch(BatchFacts(), columns).records
+    frame.loc[0, "loss"] = 99.0
+    frame.loc[0, "nonfinite"] = "loss"
+    assert columns["loss"][0] != 99.0 and columns["nonfinite"][0] == ""
 
 
 def test_a_batchs_flagged_records_are_worked_out_once_and_cannot_be_changed() -> None:
@@ -166,9 +186,7 @@ def test_a_batchs_flagged_records_are_worked_out_once_and_cannot_be_changed() ->
     builder = RecordBuilder()
     names = np.array(["", "loss", "", "grad_norm,loss"], dtype=object)
     builder.add_columns(np.arange(4), np.arange(1, 5), np.full(4, np.nan), {"loss": np.ones(4)}, names, "x")
-    builder.take()
-    columns = builder.taken
-    assert columns is not None
+    columns = columns_of(builder.take_columns() or {})
     flagged = columns.flagged()
     assert flagged.tolist() == [False, True, False, True]
     assert columns.flagged() is flagged

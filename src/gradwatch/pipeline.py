@@ -24,7 +24,7 @@ from gradwatch.errors import InputError
 from gradwatch.parsers import PARSERS, Parser, new_parsers
 from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.plugins import guard, loader
-from gradwatch.records import METRICS
+from gradwatch.records import METRICS, columns_of
 from gradwatch.sources import archive
 from gradwatch.sources.archive import read_chunks
 from gradwatch.sources.stdin import STDIN, read_stdin
@@ -127,7 +127,7 @@ class FileCheck:
 
     def run_parsed(self) -> list[Alert]:
         """The second half of `feed`: the detectors on what was parsed since the last call."""
-        return self._run(self.stream.take())
+        return self._run(self._taken())
 
     def feed_batch(self, batch: Batch) -> list[Alert]:
         """Records parsed elsewhere, in file order (worker processes: `gradwatch.segments`)."""
@@ -135,16 +135,20 @@ class FileCheck:
 
     def close(self) -> list[Alert]:
         self.stream.close()
-        alerts = self._run(self.stream.take())
+        alerts = self._run(self._taken())
         for det in self.detectors:
             alerts += det.finish()
         self.summary.format = self.stream.format
         self.summary.lines = self.stream.lines
         return alerts
 
+    def _taken(self) -> ColumnBatch:
+        """What the stream parsed since the last call: a batch of numpy columns, no frame built."""
+        facts, data = self.stream.take_columns()
+        return ColumnBatch(facts, columns_of(data or {}))
+
     def _run(self, batch: Batch) -> list[Alert]:
-        # every reader shares one set of numpy columns; a batch of our stream has them already
-        batch = ColumnBatch.of(batch, self.stream.out.records.taken)
+        batch = ColumnBatch.of(batch)  # every reader shares one set of numpy columns
         self._summarise(batch)
         if self.evidence is not None:
             self.evidence.batch(batch)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -70,23 +70,12 @@ class RecordBuilder:
     step on a frame costs more than the record itself.
     """
 
-    #: the columns of the frame `take` returned last, as they were built: `FileCheck` hands them to
-    #: the batch's readers instead of taking them out of the frame again (not pickled)
-    taken: Columns | None = None
-
     #: records added since the builder was made (never reset): a cheap "did a record come?"
     #: (a class default, so that builders pickled in older scan states have it)
     added = 0
 
     def __init__(self) -> None:
         self._reset()
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickled (a scan's state, a segment worker's stream) without `taken`: only the batch just
-        taken needs it."""
-        state = self.__dict__.copy()
-        state.pop("taken", None)
-        return state
 
     def _reset(self) -> None:
         self._chunks: list[_Chunk] = []
@@ -150,8 +139,7 @@ class RecordBuilder:
         Rows written by a parser in `drop_sources` are left out (see `LogStream.take`).
         """
         data = self.take_columns(drop_sources)
-        self.taken = _empty() if data is None else _frame(data)
-        return self.taken.frame
+        return _empty().frame if data is None else columns_of(data).frame
 
     def take_columns(self, drop_sources: frozenset[str] = frozenset()) -> dict[str, np.ndarray] | None:
         """`take`'s rows as numpy columns, no frame built (None: no rows)."""
@@ -254,28 +242,26 @@ def _as_built(name: str, col: np.ndarray | None) -> np.ndarray | None:
 
 
 def columns_of(data: dict[str, np.ndarray]) -> Columns:
-    """The batch frame of these columns (`logged_columns`; a metric not among them is NaN), with
-    the arrays it was built from: readers take them without going through pandas."""
-    return _frame(data)
-
-
-def _frame(data: dict[str, np.ndarray]) -> Columns:
-    """The batch's DataFrame (`COLUMNS`, then `EXTRA_METRICS`; a metric not logged is NaN) with
-    the arrays it was built from.
-
-    `nonfinite` goes in as an object Series: pandas >= 3 would make the plain array its `str`
-    dtype, and one dtype always is what readers of the column expect.
-    """
-    import pandas as pd  # here, not at the top: workers build no frames and need not import it
-
+    """The batch of these columns (`logged_columns`; a metric not among them is NaN) as numpy
+    arrays, its DataFrame built when a reader first asks for it (`Columns.frame`)."""
     n = len(data["line"]) if "line" in data else 0
     not_logged = np.full(n, np.nan)  # one for every metric missing: pandas copies it into its block
     arrays: dict[str, np.ndarray] = {}
     for name in (*COLUMNS, *EXTRA_METRICS):
         col = _as_built(name, data.get(name))
         arrays[name] = not_logged if col is None else col
-    frame = pd.DataFrame({**arrays, "nonfinite": pd.Series(arrays["nonfinite"], dtype=object, copy=False)})
-    return Columns(frame, arrays)
+    return Columns(None, arrays)
+
+
+def _frame(arrays: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The batch's DataFrame (`COLUMNS`, then `EXTRA_METRICS`) of all its columns.
+
+    `nonfinite` goes in as an object Series: pandas >= 3 would make the plain array its `str`
+    dtype, and one dtype always is what readers of the column expect.
+    """
+    import pandas as pd  # here, not at the top: a check whose readers all take columns needs no frame
+
+    return pd.DataFrame({**arrays, "nonfinite": pd.Series(arrays["nonfinite"], dtype=object, copy=False)})
 
 
 def _empty() -> Columns:
@@ -283,7 +269,7 @@ def _empty() -> Columns:
     names = (*COLUMNS, *EXTRA_METRICS)
     template = _EMPTY.get(names)
     if template is None:
-        template = _EMPTY[names] = _frame({})
+        template = _EMPTY[names] = columns_of({})
     return Columns(template.frame.copy(deep=False), template.arrays)
 
 
@@ -292,27 +278,37 @@ _EMPTY: dict[tuple[str, ...], Columns] = {}
 
 
 class Columns:
-    """The columns of one record batch as numpy arrays, each taken out of its DataFrame once.
+    """The columns of one record batch as numpy arrays, and its DataFrame.
 
     A live tail's batch holds a record or two, and a dozen detectors read the same few columns of
     it: pandas' column access costs more than their arithmetic, so the arrays are shared. They
-    are read-only views, so that no reader changes what the next one sees. `arrays`: columns
-    known already (the ones the frame was built from, see `RecordBuilder.taken`).
+    are read-only views, so that no reader changes what the next one sees. Either the frame is
+    given, and each column is taken out of it once, when first read; or (`frame` None) `arrays`
+    holds every column, and the frame is built when first asked for: the built-in detectors
+    read columns only, and a `check` builds no frame and does not import pandas.
     """
 
     #: `flagged`'s answer, once asked
     _flagged: np.ndarray | None = None
 
-    def __init__(self, frame: pd.DataFrame, arrays: dict[str, np.ndarray] | None = None) -> None:
-        self.frame = frame
+    def __init__(self, frame: pd.DataFrame | None, arrays: dict[str, np.ndarray] | None = None) -> None:
+        self._frame = frame
         self.arrays: dict[str, np.ndarray] = {}
         for name, col in (arrays or {}).items():
             self._keep(name, col)
 
+    @property
+    def frame(self) -> pd.DataFrame:
+        if self._frame is None:
+            self._frame = _frame(self.arrays)
+        return self._frame
+
     def __getitem__(self, name: str) -> np.ndarray:
         col = self.arrays.get(name)
         if col is None:
-            col = self._keep(name, self.frame[name].to_numpy())
+            if self._frame is None:
+                raise KeyError(name)
+            col = self._keep(name, self._frame[name].to_numpy())
         return col
 
     def _keep(self, name: str, col: np.ndarray) -> np.ndarray:
@@ -322,10 +318,10 @@ class Columns:
         return view
 
     def __contains__(self, name: str) -> bool:
-        return name in self.frame.columns
+        return name in self.arrays if self._frame is None else name in self._frame.columns
 
     def __len__(self) -> int:
-        return len(self.frame)
+        return len(self.arrays["line"]) if self._frame is None else len(self._frame)
 
     def flagged(self) -> np.ndarray:
         """Per record, whether it logged a non-finite value (`nonfinite` not empty): worked out

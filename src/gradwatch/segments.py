@@ -448,12 +448,10 @@ def _pieces(
 
 
 def _carrying(facts: BatchFacts, records: dict[str, np.ndarray]) -> ColumnBatch:
-    """The batch of `facts` and these records: their frame built once, and its numpy columns
-    kept for the detectors (which would otherwise take each out of the frame again)."""
-    from gradwatch.detectors.base import ColumnBatch  # here: the workers import no detectors, nor pandas
+    """The batch of `facts` and these records, as numpy columns (a frame is built if asked for)."""
+    from gradwatch.detectors.base import ColumnBatch  # here: the workers import no detectors
 
-    built = columns_of(records)
-    return ColumnBatch.of(facts.framed(built.frame), built)
+    return ColumnBatch(facts, columns_of(records))
 
 
 def _shifted(segment: _Segment, offset: int) -> tuple[BatchFacts, dict[str, np.ndarray]]:

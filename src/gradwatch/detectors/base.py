@@ -11,37 +11,45 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import bottleneck as bn
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.parsers.stream import Batch
+from gradwatch.parsers.stream import Batch, BatchFacts
 from gradwatch.records import Columns
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclasses.dataclass
 class ColumnBatch(Batch):
-    """A `Batch` that carries its records' numpy columns, so that all its readers share them.
+    """A `Batch` of numpy columns (`Columns`) that all its readers share, its `records` frame
+    built when first read: by a plugin's detector or a live view, not by the built-in detectors,
+    which read the columns.
 
     `FileCheck` hands one to every detector; a plugin sees an ordinary `Batch`.
     """
 
-    columns: Columns = dataclasses.field(init=False, repr=False, compare=False)
+    def __init__(self, facts: BatchFacts, columns: Columns) -> None:
+        for f in dataclasses.fields(BatchFacts):
+            setattr(self, f.name, getattr(facts, f.name))
+        self.columns = columns
 
-    def __post_init__(self) -> None:
-        self.columns = Columns(self.records)
+    @property  # type: ignore[misc]  # (mypy: a dataclass field overridden by a property; it is read as one)
+    def records(self) -> pd.DataFrame:
+        return self.columns.frame
+
+    @records.setter
+    def records(self, frame: pd.DataFrame) -> None:
+        self.columns = Columns(frame)
 
     @classmethod
-    def of(cls, batch: Batch, built: Columns | None = None) -> ColumnBatch:
-        """`batch` with its columns: `built` when they are its frame's (`RecordBuilder.taken`)."""
-        if isinstance(batch, ColumnBatch):
-            return batch
-        out = cls(**{f.name: getattr(batch, f.name) for f in dataclasses.fields(Batch)})
-        if built is not None and built.frame is batch.records:
-            out.columns = built
-        return out
+    def of(cls, batch: Batch) -> ColumnBatch:
+        """`batch` with its columns, taken out of its frame as they are read."""
+        return batch if isinstance(batch, ColumnBatch) else cls(batch, Columns(batch.records))
 
 
 def columns(batch: Batch) -> Columns:
