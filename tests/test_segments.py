@@ -186,13 +186,18 @@ print(at_first_segment, "pandas" in sys.modules, file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_check_imports_no_pandas(tmp_path: Path, jobs: int) -> None:
+@pytest.mark.parametrize(
+    ("spec", "jobs"),
+    [*((spec, 2) for spec in SPECS), (SPECS[3], 1)],
+    ids=lambda v: f"{v.fmt}-{v.anomalies[0].kind}" if isinstance(v, RunSpec) else f"jobs{v}",
+)
+def test_check_imports_no_pandas(tmp_path: Path, spec: RunSpec, jobs: int) -> None:
     """`check` builds no DataFrame: its detectors and summaries read the batches' numpy columns,
     so it never pays the third of a second pandas takes to import (with `--jobs 2`, the workers
     get their segments as soon as the head is parsed: loading the settings, the detectors'
-    classes, imports no pandas either)."""
-    path = _write(tmp_path, SPECS[0])
+    classes, imports no pandas either). Every format, so that every detector runs: a run of
+    logit norms (OLMo's) imported pandas for a median of blocks with NaN."""
+    path = _write(tmp_path, spec)
     argv = [sys.executable, "-c", _CHECK_NOTING_PANDAS, str(path), str(jobs)]
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.stderr.splitlines()[-1] == ("[False] False" if jobs > 1 else "[] False"), done.stderr

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import bottleneck as bn
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
@@ -94,10 +95,9 @@ class LogitNormDrift(Detector):
         b.values, b.losses = values[n * size :], losses[n * size :]
         if n == 0:
             return None
-        meds = np.median(values[: n * size].reshape(n, size), axis=1)
-        import pandas as pd  # here: `check` hands work to its workers before pandas is imported
-
-        loss_meds = pd.DataFrame(losses[: n * size].reshape(n, size)).median(axis=1).to_numpy()  # NaN-aware
+        # per block, bottleneck's medians: numpy's (pandas' NaN-aware for the losses), a zero +0.0
+        meds = bn.median(values[: n * size].reshape(n, size), axis=1) + 0.0
+        loss_meds = bn.nanmedian(losses[: n * size].reshape(n, size), axis=1) + 0.0
         # the lowest block median so far (this block included) and the loss median of that block
         prev_low = np.minimum.accumulate(np.concatenate([[b.low], meds]))
         lows = prev_low[1:]
