@@ -19,6 +19,7 @@ a third less than pandas' rolling mean and std.
 
 from __future__ import annotations
 
+import bottleneck as bn
 import numpy as np
 
 from gradwatch.records import Columns
@@ -54,7 +55,7 @@ class SpikeScore:
             origin = self._origin.get(m)
             first = max(1, min(self.min_periods, self.window))
             if origin is None and seen + len(v) >= first:  # (before, every window has too few values)
-                origin = float(np.median(joined[:first]))  # all of the run so far: fewer than `window`
+                origin = float(bn.median(joined[:first]))  # all of the run so far: fewer than `window`
                 self._origin = {**self._origin, m: origin}
             mean, std = window_stats(joined, len(tail), seen - len(tail), self.window, origin or 0.0, self.min_periods)
             judged = np.isfinite(mean) & np.isfinite(std) & (std > 0)

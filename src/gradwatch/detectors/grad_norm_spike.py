@@ -22,6 +22,7 @@ from gradwatch.detectors.base import (
     DetectorConfig,
     Incident,
     columns,
+    median,
     prev_window_lowest,
     prev_window_median,
 )
@@ -96,7 +97,7 @@ class GradNormSpike(Detector):
                 continue
             end = len(tail) + cand
             window = joined[end - n : end]
-            sigma = max(1.4826 * float(np.median(np.abs(window - med[cand]))), cfg.sigma_floor)
+            sigma = max(1.4826 * median(np.abs(window - med[cand])), cfg.sigma_floor)
             if excess[cand] / sigma >= cfg.z_alert:
                 hits.append(cand)
                 sigmas[cand] = sigma

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns, prev_window_median
+from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns, median, prev_window_median
 from gradwatch.detectors.steps import StepGaps
 from gradwatch.parsers.stream import Batch
 
@@ -110,7 +110,7 @@ class LossSpike(Detector):
                 continue
             end = len(tail) + cand
             diffs = np.diff(joined[end - n : end])
-            noise = float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0)
+            noise = median(np.abs(diffs - median(diffs))) / math.sqrt(2.0)
             sigma = max(1.4826 * noise, cfg.sigma_floor * abs(float(med[cand])))
             if sigma > 0 and delta[cand] / sigma >= cfg.z_alert:
                 hits.append(cand)

@@ -77,7 +77,7 @@ class Stall(Detector):
         """Seconds without a new step that count as a stall (inf until the usual pace is known)."""
         if len(self._gaps) < self.config.min_gaps:
             return float("inf")
-        return max(self.config.factor * float(np.median(self._gaps)), self.config.floor_s)
+        return max(self.config.factor * median(np.asarray(self._gaps, dtype=np.float64)), self.config.floor_s)
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = columns(batch)
