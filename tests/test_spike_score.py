@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gradwatch.spike_score import SpikeScore, window_stats
+from gradwatch.spike_score import SpikeScore, window_means, window_stats
 from tests.conftest import metric_columns
 
 
@@ -65,6 +65,20 @@ def test_window_stats_are_each_windows_mean_and_std(window: int, min_periods: in
     np.testing.assert_array_less(np.abs(mean - expected_mean)[spread], rtol * expected_std[spread])
     pandas_mean = pd.Series(values).rolling(window, min_periods=min_periods).mean().shift(1).to_numpy()
     np.testing.assert_array_equal(np.isnan(mean), np.isnan(pandas_mean))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_window_means_are_window_stats_means_bit_for_bit(seed: int) -> None:
+    """loss_divergence's level mean (`window_means`, no spread computed) is `window_stats`' mean
+    with one value needed, for batches cut anywhere in the run with the tails they carry."""
+    rng = np.random.default_rng(seed)
+    values = _rough(rng, 3000)
+    window = [1000, 50, 3][seed % 3]
+    for seen in sorted(set(rng.integers(0, len(values) - 1, 30).tolist())):
+        start = min(window, seen)  # the tail: the last `window` values before the batch
+        joined = values[seen - start : int(rng.integers(seen + 1, len(values) + 1))]
+        expected = window_stats(joined, start, seen - start, window, float(values[0]), 1)[0]
+        np.testing.assert_array_equal(window_means(joined, start, seen - start, window, float(values[0])), expected)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -78,33 +78,12 @@ def window_stats(
 
     `joined[0]` is the run's value number `first`; `joined` holds the `window` values before
     `joined[start]` (all of them, early in the run). Blocks of `window` values begin at the run's
-    multiples of `window` (see the module docstring): with `at` a value's place among the blocks,
-    its window's sum is that of its block up to it (`up_to`) plus, once `window` values came
-    before it, that of the block `window` places back from there to its end (`on_from`).
+    multiples of `window` (see the module docstring and `_window_sums`).
     """
     n = len(joined)
-    offset = first % window  # the place of joined[0] among the blocks
     begin = max(start, 1)  # the run's first value has no window
-    at = slice(offset + begin, offset + n)
-    # of those, the ones with a full window before them: from the run's value number `window` on
-    full = max(at.start, offset + window - first)
-    sums = []
-    for power in (1, 2):
-        values = np.zeros(-(-(offset + n) // window) * window)
-        values[offset : offset + n] = joined - origin
-        if power == 2:
-            values *= values
-        blocks = values.reshape(-1, window)
-        up_to = np.zeros_like(blocks)  # each block from its start to the value before
-        np.cumsum(blocks[:, :-1], axis=1, out=up_to[:, 1:])
-        # each block from a value to its end: the blocks reversed, summed from their start
-        on_from = np.cumsum(values[::-1].reshape(-1, window), axis=1).ravel()[::-1]
-        summed = up_to.ravel()[at].copy()
-        if full < at.stop:
-            summed[full - at.start :] += on_from[full - window : at.stop - window]
-        sums.append(summed)
-    total, squares = sums
-    count = np.minimum(np.arange(first + begin, first + n), window).astype(np.float64)
+    total, count = _window_sums(joined, begin, first, window, origin, 1)
+    squares, _ = _window_sums(joined, begin, first, window, origin, 2)
     variance = np.maximum((squares - total * total / count) / (count - 1), 0.0)
     # all values of a window equal: no spread, whatever the rounding of the sums
     changes = np.concatenate([[0], np.cumsum(joined[1:] != joined[:-1])])
@@ -116,3 +95,43 @@ def window_stats(
     if begin == start:
         return mean, std
     return np.concatenate([[np.nan], mean]), np.concatenate([[np.nan], std])
+
+
+@np.errstate(over="ignore", invalid="ignore")
+def window_means(joined: np.ndarray, start: int, first: int, window: int, origin: float) -> np.ndarray:
+    """`window_stats`' means alone (NaN where no value came before), at half its cost."""
+    begin = max(start, 1)
+    total, count = _window_sums(joined, begin, first, window, origin, 1)
+    mean = origin + total / count
+    return mean if begin == start else np.concatenate([[np.nan], mean])
+
+
+def _window_sums(
+    joined: np.ndarray, begin: int, first: int, window: int, origin: float, power: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The sums of the `power`s of (value - `origin`) over the windows before each of
+    `joined[begin:]`, and how many values each window holds.
+
+    With `at` a value's place among the blocks, its window's sum is that of its block up to it
+    (`up_to`) plus, once `window` values came before it, that of the block `window` places back
+    from there to its end (`on_from`).
+    """
+    n = len(joined)
+    offset = first % window  # the place of joined[0] among the blocks
+    at = slice(offset + begin, offset + n)
+    # of those, the ones with a full window before them: from the run's value number `window` on
+    full = max(at.start, offset + window - first)
+    values = np.zeros(-(-(offset + n) // window) * window)
+    values[offset : offset + n] = joined - origin
+    if power == 2:
+        values *= values
+    blocks = values.reshape(-1, window)
+    up_to = np.zeros_like(blocks)  # each block from its start to the value before
+    np.cumsum(blocks[:, :-1], axis=1, out=up_to[:, 1:])
+    # each block from a value to its end: the blocks reversed, summed from their start
+    on_from = np.cumsum(values[::-1].reshape(-1, window), axis=1).ravel()[::-1]
+    summed = up_to.ravel()[at].copy()
+    if full < at.stop:
+        summed[full - at.start :] += on_from[full - window : at.stop - window]
+    count = np.minimum(np.arange(first + begin, first + n), window).astype(np.float64)
+    return summed, count

@@ -24,7 +24,7 @@ import numpy as np
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import SMALL_BATCH, Detector, DetectorConfig, columns, median, moving_median
 from gradwatch.parsers.stream import Batch
-from gradwatch.spike_score import window_stats
+from gradwatch.spike_score import window_means
 
 _HINT = (
     "the loss is climbing, not spiking: stop or roll back to a checkpoint before the rise, then lower "
@@ -62,7 +62,7 @@ class LossDivergence(Detector):
     #: the trend median at each value of `_tail` (see `_trend`); a class default, so that a detector
     #: pickled in a scan state before it existed still loads (its medians are then computed again)
     _med_tail = np.empty(0)
-    #: values since the last reset (where the level mean's blocks begin, `window_stats`) and the
+    #: values since the last reset (where the level mean's blocks begin, `window_means`) and the
     #: first of them (the origin of its sums); class defaults for detectors pickled before them
     #: (blocks then begin at the kept tail)
     _count: int | None = None
@@ -129,7 +129,7 @@ class LossDivergence(Detector):
             self._count = len(tail)
         if self._origin is None:
             self._origin = float(joined[0])
-        mean = window_stats(joined, len(tail), self._count - len(tail), cfg.window, self._origin, 1)[0]
+        mean = window_means(joined, len(tail), self._count - len(tail), cfg.window, self._origin)
         self._count += n
         high = v >= cfg.level_ratio * mean
         highs = _run_lengths(high, self._high)
