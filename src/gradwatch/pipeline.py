@@ -7,7 +7,7 @@ chunks, or appends as a live file grows) and returns alerts as they are found; i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -210,8 +210,7 @@ def check_path(
     alerts: list[Alert] = []
     try:
         if snapshots is None and path is not None and workers.splittable(path, jobs):
-            chunks = read_chunks(path, archive.CHUNK_BYTES, first=segments.HEAD_BYTES)
-            alerts += _read_split(check, path, chunks, jobs, advance)
+            alerts += _read_split(check, path, jobs, advance)
         else:
             chunks = read_stdin() if path is None else read_chunks(path, archive.CHUNK_BYTES)
             for chunk in chunks:
@@ -228,46 +227,33 @@ def check_path(
     return check.summary, alerts
 
 
-def _read_split(
-    check: FileCheck, path: Path, chunks: Iterator[bytes], jobs: int, advance: Callable[[int], None]
-) -> list[Alert]:
-    """A large file: its head here, then the rest by worker processes when the format allows it
-    (`gradwatch.segments`), else on here exactly as `check_path` would.
+def _read_split(check: FileCheck, path: Path, jobs: int, advance: Callable[[int], None]) -> list[Alert]:
+    """A large file: its head by a worker, then the rest by all of them when the format allows
+    it (`gradwatch.segments`), else all of it here in order, exactly as `check_path` reads.
 
-    The head is read chunk by chunk (the first is small: the workers wait for it) until the
-    format is known, for at most `segments.HEAD_LIMIT` bytes. The workers get their segments as
-    soon as it is, before the detectors run on the head: their first run imports pandas, a third
-    of a second the workers need not wait.
+    The workers get their segments as soon as the head is read, before the detectors run on it.
     """
     try:
-        reader = segments.SegmentReader(path, jobs)  # the workers start while the head is read
+        reader = segments.SegmentReader(path, jobs)
     except OSError:  # no processes to be had (a shared login node's limits): all of it here
         reader = None
     alerts: list[Alert] = []
     if reader is not None:
         with reader:
-            read = 0  # bytes of the file parsed here
-            for chunk in chunks:
-                cut = chunk.rfind(b"\n") + 1
-                check.parse(chunk[:cut])
-                read += cut
-                if cut and segments.stream_ready(check.stream):
-                    batches = reader.batches(check.stream, read)
-                    alerts += check.run_parsed()
-                    advance(cut)
-                    for batch, final, size in batches:
-                        alerts += check.feed_batch(batch)
-                        advance(size)
-                        if final is not None:
-                            check.stream = final
-                    return alerts
-                check.parse(chunk[cut:])
-                read += len(chunk) - cut
-                alerts += check.run_parsed()
-                advance(len(chunk))
-                if read >= segments.HEAD_LIMIT:
-                    break
-    for chunk in chunks:  # no workers, or no format known within the head: in order, here
+            head = reader.head(check.stream)
+            if head is not None:
+                check.stream, head_batches, head_size = head
+                batches = reader.batches(check.stream, head_size)
+                for batch in head_batches:
+                    alerts += check.feed_batch(batch)
+                advance(head_size)
+                for batch, final, size in batches:
+                    alerts += check.feed_batch(batch)
+                    advance(size)
+                    if final is not None:
+                        check.stream = final
+                return alerts
+    for chunk in read_chunks(path, archive.CHUNK_BYTES):  # no workers, or no format known within the head
         alerts += check.feed(chunk)
         advance(len(chunk))
     return alerts

@@ -1,10 +1,13 @@
 """Reading one large archived file on several cores: segments cut at line starts, parsed by
 worker processes, merged back in file order for the detectors.
 
-The main process reads the file's head itself (its first chunks, until the format is known:
-`HEAD_BYTES`, `HEAD_LIMIT`), so that its templates are compiled; each worker starts from a copy
-of that stream. Before its segment a
-worker reads a stretch of the lines just before it (the warm-up), so that the facts carried
+A worker reads the file's head first (its first chunks, until the format is known:
+`HEAD_BYTES`, `HEAD_LIMIT`; `read_head`), so that its templates are compiled; each worker then
+starts from a copy of that stream, and this process takes the head's records and the stream.
+(The head is read by a worker, not here, because the fork server has imported the bulk readers'
+Arrow kernels while this process imported the detectors: a check in workers imports no Arrow
+here.) Before its segment a worker reads a stretch of the lines just before it (the warm-up),
+so that the facts carried
 from line to line (the last step, the copy of a record another rank printed, the last overflow)
 are what a sequential read would have had there; what it finds in the warm-up is dropped. A
 record belongs to the segment that holds its first line: a worker finishes a multi-line record
@@ -34,7 +37,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import numpy as np
 
@@ -43,15 +46,19 @@ from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, BatchFacts, LogStream
 from gradwatch.records import columns_of, logged_columns
+from gradwatch.sources import archive
+from gradwatch.sources.archive import read_chunks
 
 if TYPE_CHECKING:
     from gradwatch.detectors.base import ColumnBatch
 
-#: The first chunk of a file that this process reads to learn its format before the workers
-#: take the rest: small, as they wait for it (1 MiB holds hundreds of records in every format)
+_Done = TypeVar("_Done")  # what a worker's task returns
+
+#: The first chunk of a file that a worker reads to learn its format before the workers take
+#: the rest: small, as they wait for it (1 MiB holds hundreds of records in every format)
 HEAD_BYTES = 1 << 20
 #: How far the head may grow, chunk by chunk, while the format is not known: past it, the file
-#: is read in order here (its format may never be known: no workers are kept waiting)
+#: is read in order by this process, from its start (its format may never be known)
 HEAD_LIMIT = 16 << 20
 #: One worker task: large enough that the warm-up and the sending of the stream cost little.
 SEGMENT_BYTES = 16 << 20
@@ -134,13 +141,23 @@ class SegmentReader:
         self.in_order = 0
         self.segments = 0
         self._pool = ProcessPoolExecutor(jobs, mp_context=workers.context(), initializer=_ignore_interrupts)
-        self._pool.submit(int)  # start the workers now: they import while the head is read
 
     def __enter__(self) -> SegmentReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def head(self, stream: LogStream) -> tuple[LogStream, Iterator[Batch], int] | None:
+        """The file's head read by a worker from `stream` (as yet unfed): the stream after it, the
+        batches of its records, and its bytes; None when its format was not known within
+        `HEAD_LIMIT` bytes (the file is then read in order, from its start)."""
+        sizes = (HEAD_BYTES, archive.CHUNK_BYTES, HEAD_LIMIT)  # (as this process has them)
+        head = self._result(self._pool.submit(read_head, str(self.path), stream.snapshot(), *sizes))
+        if head.stream is None:
+            return None
+        facts = dataclasses.replace(head.facts, events=head.events.unpacked(0))
+        return pickle.loads(head.stream), (batch for batch, _, _ in _pieces(facts, head.records, None, 0)), head.size
 
     def batches(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
         """Batches of the file from `head_end` on, in order, with line numbers continuing `stream`'s,
@@ -239,7 +256,7 @@ class SegmentReader:
                 segment.stream.lines, segment.stream.bytes = lines_before, self.path.stat().st_size
             yield from _pieces(facts, records, segment.stream, segment.size)
 
-    def _result(self, future: Future[_Segment]) -> _Segment:
+    def _result(self, future: Future[_Done]) -> _Done:
         try:
             return future.result()
         except BrokenProcessPool:
@@ -292,6 +309,36 @@ def _next_line_start(fh: BinaryIO) -> int | None:
         if nl >= 0:
             return pos + nl + 1
         pos += len(block)
+
+
+@dataclass
+class _Head:
+    stream: bytes | None  # the stream after the head, pickled (None: no format known within it)
+    facts: BatchFacts  # no events
+    records: dict[str, np.ndarray]  # as `logged_columns` has them
+    events: _PackedEvents
+    size: int  # the head's bytes
+
+
+def read_head(path: str, template: bytes, first: int, size: int, limit: int) -> _Head:
+    """Parse a file's head in a worker: its first chunks (of `first` bytes, then `size`), until
+    the format is known (and no line is cut), for at most `limit` bytes."""
+    stream = pickle.loads(template)
+    read = 0
+    for chunk in read_chunks(Path(path), size, first=first):
+        cut = chunk.rfind(b"\n") + 1
+        stream.feed(chunk[:cut])
+        read += cut
+        if cut and stream_ready(stream):
+            facts, data = stream.take_columns()
+            events = _PackedEvents.of(facts.events)
+            facts = dataclasses.replace(facts, events=[])
+            return _Head(stream.snapshot(), facts, logged_columns(data), events, read)
+        stream.feed(chunk[cut:])
+        read += len(chunk) - cut
+        if read >= limit:
+            break
+    return _Head(None, BatchFacts(), {}, _PackedEvents.of([]), read)
 
 
 def read_segment(task: _Task) -> _Segment:
