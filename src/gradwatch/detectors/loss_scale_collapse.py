@@ -208,7 +208,7 @@ class LossScaleCollapse(Detector):
                 scale,
                 None,
                 None,
-                f"loss scale halved {self._chain:.0f} times on consecutive steps, now {scale:g}",
+                f"loss scale halved {self._chain:.0f} times on consecutive logged steps, now {scale:g}",
                 _HINT,
             )
         if rate > cfg.max_overflow_rate:
