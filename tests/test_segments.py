@@ -205,6 +205,35 @@ def test_check_imports_no_pandas(tmp_path: Path, spec: RunSpec, jobs: int) -> No
     assert json.loads(done.stdout)["files"][0]["records"] > 1000
 
 
+_MAIN_SCRIPT_NOTING_RUNS = """
+import sys
+
+with open(sys.argv[3] if __name__ == "__main__" else __file__ + ".runs", "a") as runs:
+    runs.write(__name__ + "\\n")
+
+from gradwatch import segments, workers
+from gradwatch.cli import main
+
+if __name__ == "__main__":
+    workers.MIN_PARALLEL_BYTES, segments.SEGMENT_BYTES = 0, 96 << 10
+    sys.argv = ["gradwatch", "check", "--jobs", "2", "--output", "json", sys.argv[1]]
+    main()
+"""
+
+
+def test_workers_do_not_run_the_main_script_again(tmp_path: Path) -> None:
+    """multiprocessing starts each worker by running the main script again (the `gradwatch`
+    console script: the CLI's imports, 0.04 s a worker), unless it is a package's `__main__`:
+    `gradwatch.cli.main` makes it `python -m gradwatch`'s, and it runs here only."""
+    path = _write(tmp_path, SPECS[0])
+    script = tmp_path / "main_script.py"
+    script.write_text(_MAIN_SCRIPT_NOTING_RUNS)
+    runs = tmp_path / "main_script.py.runs"
+    done = subprocess.run([sys.executable, str(script), str(path), "x", str(runs)], capture_output=True, text=True)
+    assert json.loads(done.stdout)["files"][0]["records"] > 1000, done.stderr
+    assert runs.read_text().split() == ["__main__"]
+
+
 @pytest.mark.usefixtures("small_segments")
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.fmt}-{s.anomalies[0].kind}")
 def test_parallel_read_equals_sequential(tmp_path: Path, spec: RunSpec) -> None:
