@@ -523,3 +523,29 @@ def test_markup_and_escapes_in_the_log_do_not_reach_the_terminal(zoo: Zoo) -> No
         assert control not in zoo.text.stdout
     assert "[bold red]x[/] loss is nan" in zoo.text.stdout  # shown literally, not interpreted as markup
     assert "pwned" not in zoo.text.stdout
+
+
+@pytest.mark.parametrize(
+    ("config", "log"),
+    [
+        # a spike candidate with one value before it: the noise of no differences
+        (
+            "detectors: {loss_spike: {warmup: 1}}",
+            '{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 3.0}\n{"step": 3, "loss": 2.5}\n',
+        ),
+        # a stall limit asked of no gaps, when the file ends
+        (
+            "detectors: {stall: {min_gaps: 0}}",
+            "2024-03-02 08:00:00.000 node:0 olmo.train:908 INFO [step=1/10,epoch=0]\n"
+            "    train/CrossEntropyLoss=10.1\n2024-03-02 08:05:00.000 node:0 olmo.train:900 INFO done\n",
+        ),
+    ],
+)
+def test_a_config_that_asks_for_windows_of_no_values_is_no_crash(tmp_path: Path, config: str, log: str) -> None:
+    """Limits the config loader accepts (a warm-up of 1 log, no gaps needed) make a median of no
+    values: NaN, which judges nothing, as `np.median` had it (found by review: an IndexError)."""
+    (tmp_path / "cfg.yaml").write_text(config)
+    (tmp_path / "run.log").write_text(log)
+    p = run_cli("check", "--config", str(tmp_path / "cfg.yaml"), "--output", "json", str(tmp_path / "run.log"))
+    assert "Traceback" not in p.stderr and p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["files"][0]["records"] >= 1

@@ -199,13 +199,16 @@ def moving_median(values: np.ndarray, window: int, min_count: int = 1) -> np.nda
 
 
 def median(values: np.ndarray) -> float:
-    """`np.median` of a non-empty 1-d array without NaN, for the small-batch paths.
+    """`np.median` of a 1-d array without NaN, for the small-batch paths (NaN when it is empty:
+    a config may ask for a window of no values).
 
     The same value (the middle one, or the mean of the two middle ones), at a fraction of the
-    cost: np.median's generic set-up costs ten times the partition it does on a window of 128.
-    A zero median is 0.0, as in `moving_median` (which middle zero a partition or a heap picks
-    decides the sign of -0.0 otherwise).
+    cost: np.median's generic set-up costs ten times the partition it does on a window of 128,
+    and its first call imports numpy.ma. A zero median is 0.0, as in `moving_median` (which
+    middle zero a partition or a heap picks decides the sign of -0.0 otherwise).
     """
+    if not len(values):
+        return float("nan")
     k = len(values) // 2
     if len(values) % 2:
         return float(np.partition(values, k)[k]) + 0.0
