@@ -257,6 +257,39 @@ def test_the_custom_metric_reaches_the_records(plugin_venv: PluginVenv, tmp_path
     assert header.split(",")[-1] == "attn_logit_max" and first.split(",")[-1] == "30.3"
 
 
+_SPLIT_CHECK = """
+import json
+import sys
+
+from gradwatch import segments, workers
+from gradwatch.sources import archive
+
+if __name__ == "__main__":
+    from gradwatch.cli import main
+
+    workers.MIN_PARALLEL_BYTES = 0  # (a large log in real use)
+    archive.CHUNK_BYTES = segments.HEAD_BYTES = segments.WARMUP_BYTES = 512
+    segments.SEGMENT_BYTES = 2048
+    sys.argv = ["gradwatch", "check", "--output", "json", "--jobs", sys.argv[2], sys.argv[1]]
+    main()
+"""
+
+
+def test_the_custom_metric_reaches_the_detectors_when_workers_read(plugin_venv: PluginVenv, tmp_path: Path) -> None:
+    """A plugin parser's own metric is a column of the batches workers read too (it was dropped:
+    workers load no plugins, and their batches had the canonical columns only; found by review)."""
+    script = tmp_path / "split_check.py"
+    script.write_text(_SPLIT_CHECK)
+    python = str(plugin_venv.root / "bin" / "python")
+    reports = []
+    for jobs in ("1", "2"):
+        p = subprocess.run([python, str(script), str(PLUGIN_LOG), jobs], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+        reports.append(json.loads(p.stdout))
+    assert reports[1]["alerts"] == reports[0]["alerts"]
+    assert [(a["detector"], a["step"]) for a in reports[1]["alerts"]] == [("attn_logit_growth", GROWTH_STEP)]
+
+
 def test_example_plugin_tests_pass_where_it_is_installed(plugin_venv: PluginVenv) -> None:
     p = subprocess.run(
         [str(plugin_venv.root / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"],

@@ -45,7 +45,7 @@ from gradwatch import workers
 from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, BatchFacts, LogStream
-from gradwatch.records import columns_of, logged_columns
+from gradwatch.records import EXTRA_METRICS, columns_of, declare_extra_metrics, logged_columns
 from gradwatch.sources import archive
 from gradwatch.sources.archive import read_chunks
 
@@ -140,7 +140,9 @@ class SegmentReader:
         self.rereads = 0
         self.in_order = 0
         self.segments = 0
-        self._pool = ProcessPoolExecutor(jobs, mp_context=workers.context(), initializer=_ignore_interrupts)
+        self._pool = ProcessPoolExecutor(
+            jobs, mp_context=workers.context(), initializer=_start_worker, initargs=(tuple(EXTRA_METRICS),)
+        )
 
     def __enter__(self) -> SegmentReader:
         return self
@@ -512,6 +514,9 @@ def _shifted(segment: _Segment, offset: int) -> tuple[BatchFacts, dict[str, np.n
     return moved, records
 
 
-def _ignore_interrupts() -> None:
-    """Ctrl-C is the main process's to handle: a worker must not print its own traceback."""
+def _start_worker(extra_metrics: tuple[str, ...]) -> None:
+    """A worker's set-up. Ctrl-C is the main process's to handle: a worker must not print its own
+    traceback. The metrics that plugin parsers declared are columns of its batches too: a worker
+    loads no plugins (their parsers come to it in the pickled stream), and its batches lost them."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    declare_extra_metrics(extra_metrics)
