@@ -234,6 +234,55 @@ def test_workers_do_not_run_the_main_script_again(tmp_path: Path) -> None:
     assert runs.read_text().split() == ["__main__"]
 
 
+_WRAPPER_WITH_ITS_OWN_PARSER = """
+import re
+import sys
+
+from gradwatch import segments, workers
+from gradwatch.api import Parser, register_parser
+
+_LINE = re.compile(r"mylab step (\\d+) loss ([0-9.]+)")
+
+
+class MyLab(Parser):
+    name = "mylab"
+    description = "mylab lines"
+    scan = r"mylab "
+
+    def parse(self, text, line, ts, out):
+        m = _LINE.search(text)
+        if m is None:
+            return False
+        out.record(self.name, int(m.group(1)), line, ts, {"loss": float(m.group(2))})
+        return True
+
+
+register_parser(MyLab)
+
+if __name__ == "__main__":
+    from gradwatch.cli import main
+
+    workers.MIN_PARALLEL_BYTES, segments.SEGMENT_BYTES = 0, 96 << 10
+    sys.argv = ["gradwatch", "check", "--jobs", sys.argv[2], "--output", "json", sys.argv[1]]
+    main()
+"""
+
+
+def test_a_script_of_ones_own_that_defines_a_parser_is_run_again_in_the_workers(tmp_path: Path) -> None:
+    """A script that registers a parser class of its own and runs the CLI: the workers unpickle
+    that class from the script, so they must still run it (found by review: they did not)."""
+    script = tmp_path / "wrapper.py"
+    script.write_text(_WRAPPER_WITH_ITS_OWN_PARSER)
+    log = tmp_path / "mylab.log"
+    log.write_text("".join(f"mylab step {i} loss {2 + 1 / i:.4f}\n" for i in range(1, 20001)))
+    reports = []
+    for jobs in ("1", "2"):
+        done = subprocess.run([sys.executable, str(script), str(log), jobs], capture_output=True, text=True)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        reports.append(json.loads(done.stdout))
+    assert reports[1] == reports[0] and reports[1]["files"][0]["records"] == 20000
+
+
 @pytest.mark.usefixtures("small_segments")
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.fmt}-{s.anomalies[0].kind}")
 def test_parallel_read_equals_sequential(tmp_path: Path, spec: RunSpec) -> None:

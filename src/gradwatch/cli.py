@@ -694,7 +694,10 @@ def _as_package_main() -> None:
     """Make the console script's process one of `python -m gradwatch` for multiprocessing: it
     starts each worker by running the main script again, unless that is a package's `__main__`,
     and the console script's run imports the CLI in every worker (0.04 s each, for nothing: a
-    worker runs `gradwatch.segments`)."""
+    worker runs `gradwatch.segments`). Not for a script of one's own that defines something (a
+    parser it registers): the workers need it."""
     main_module = sys.modules.get("__main__")
-    if main_module is not None and getattr(main_module, "__spec__", None) is None:
+    if main_module is None or getattr(main_module, "__spec__", None) is not None:
+        return
+    if not any(getattr(value, "__module__", None) == "__main__" for value in vars(main_module).values()):
         main_module.__spec__ = importlib.util.find_spec("gradwatch.__main__")
