@@ -165,16 +165,33 @@ def test_a_batchs_columns_are_its_frames(drop: frozenset[str]) -> None:
     with pytest.raises(KeyError):
         columns["other"]
     pd.testing.assert_frame_equal(columns.frame, frame)
-    batch = ColumnBatch(BatchFacts(), columns)
+    batch = ColumnBatch.of_columns(BatchFacts(), columns)
     assert batch.records is columns.frame and ColumnBatch.of(batch) is batch
     assert ColumnBatch.of(Batch(frame)).columns["loss"].tolist() == frame["loss"].tolist()
+
+
+def test_a_batch_is_made_anew_by_dataclasses_replace() -> None:
+    """A plugin's detector may make its own batch of the one it is handed with
+    `dataclasses.replace` (found by review: the batch of columns refused the keywords)."""
+    import dataclasses
+
+    from gradwatch.events import Event, EventKind
+
+    batch = ColumnBatch.of_columns(BatchFacts(last_step=9), columns_of(_mixed_builder().take_columns() or {}))
+    fewer = batch.records[batch.records["step"] > 6]
+    replaced = dataclasses.replace(batch, records=fewer)
+    assert replaced.records is fewer and replaced.columns["step"].tolist() == fewer["step"].tolist()
+    assert replaced.last_step == 9 and batch.columns["step"].tolist() == [5, 7, 8, 6]
+    event = Event(EventKind.CHECKPOINT_LOAD, 3, 5, None, {})
+    moved = dataclasses.replace(batch, events=[event])
+    assert moved.events == [event] and moved.columns["loss"].tolist() == batch.columns["loss"].tolist()
 
 
 def test_a_batchs_frame_can_be_written_to() -> None:
     """A plugin may change the frame it is handed (its own copy of the columns): the columns the
     detectors read stay as they were."""
     columns = columns_of(_mixed_builder().take_columns() or {})
-    frame = ColumnBatch(BatchFacts(), columns).records
+    frame = ColumnBatch.of_columns(BatchFacts(), columns).records
     frame.loc[0, "loss"] = 99.0
     frame.loc[0, "nonfinite"] = "loss"
     assert columns["loss"][0] != 99.0 and columns["nonfinite"][0] == ""

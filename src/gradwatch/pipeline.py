@@ -145,7 +145,7 @@ class FileCheck:
     def _taken(self) -> ColumnBatch:
         """What the stream parsed since the last call: a batch of numpy columns, no frame built."""
         facts, data = self.stream.take_columns()
-        return ColumnBatch(facts, columns_of(data or {}))
+        return ColumnBatch.of_columns(facts, columns_of(data or {}))
 
     def _run(self, batch: Batch) -> list[Alert]:
         batch = ColumnBatch.of(batch)  # every reader shares one set of numpy columns

@@ -500,7 +500,7 @@ def _carrying(facts: BatchFacts, records: dict[str, np.ndarray]) -> ColumnBatch:
     """The batch of `facts` and these records, as numpy columns (a frame is built if asked for)."""
     from gradwatch.detectors.base import ColumnBatch  # here: the workers import no detectors
 
-    return ColumnBatch(facts, columns_of(records))
+    return ColumnBatch.of_columns(facts, columns_of(records))
 
 
 def _shifted(segment: _Segment, offset: int) -> tuple[BatchFacts, dict[str, np.ndarray]]:

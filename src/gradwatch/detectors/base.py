@@ -30,13 +30,25 @@ class ColumnBatch(Batch):
     built when first read: by a plugin's detector or a live view, not by the built-in detectors,
     which read the columns.
 
-    `FileCheck` hands one to every detector; a plugin sees an ordinary `Batch`.
+    `FileCheck` hands one to every detector; a plugin sees an ordinary `Batch` (made as one, or
+    by `dataclasses.replace`, it takes its columns out of the frame it is given).
     """
 
-    def __init__(self, facts: BatchFacts, columns: Columns) -> None:
-        for f in dataclasses.fields(BatchFacts):
-            setattr(self, f.name, getattr(facts, f.name))
-        self.columns = columns
+    def __init__(self, records: pd.DataFrame | None = None, *, columns: Columns | None = None, **facts: Any) -> None:
+        BatchFacts.__init__(self, **facts)
+        self.columns = Columns(records) if columns is None else columns
+
+    @classmethod
+    def of_columns(cls, facts: BatchFacts, columns: Columns) -> ColumnBatch:
+        """The batch of `facts` and these records."""
+        return cls(columns=columns, **{f.name: getattr(facts, f.name) for f in dataclasses.fields(BatchFacts)})
+
+    @classmethod
+    def of(cls, batch: Batch) -> ColumnBatch:
+        """`batch` with its columns, taken out of its frame as they are read."""
+        if isinstance(batch, ColumnBatch):
+            return batch
+        return cls(batch.records, **{f.name: getattr(batch, f.name) for f in dataclasses.fields(BatchFacts)})
 
     @property  # type: ignore[misc]  # (mypy: a dataclass field overridden by a property; it is read as one)
     def records(self) -> pd.DataFrame:
@@ -45,11 +57,6 @@ class ColumnBatch(Batch):
     @records.setter
     def records(self, frame: pd.DataFrame) -> None:
         self.columns = Columns(frame)
-
-    @classmethod
-    def of(cls, batch: Batch) -> ColumnBatch:
-        """`batch` with its columns, taken out of its frame as they are read."""
-        return batch if isinstance(batch, ColumnBatch) else cls(batch, Columns(batch.records))
 
 
 def columns(batch: Batch) -> Columns:
