@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gradwatch import config, segments, workers
+from gradwatch import config, pipeline, segments, workers
 from gradwatch.alerts import Alert
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers import new_parsers
@@ -758,16 +758,50 @@ def test_a_preamble_longer_than_the_first_chunk_grows_the_head(
 def test_no_format_within_the_head_limit_means_reading_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past `HEAD_LIMIT` without a format, the workers are let go and the file is read in order,
-    as a file in no known format (or one whose records begin late) would be anyway."""
+    """Past `HEAD_LIMIT` without a format, the workers are let go and the rest of the file is
+    read in order here, going on from the head's stream (the head is not read twice), as a file
+    in no known format (or one whose records begin late) would be anyway."""
     monkeypatch.setattr(segments, "HEAD_LIMIT", 96 << 10)
     chatter = [
         f"node{i % 64:03d}:{i}:{i} [0] NCCL INFO Channel {i % 32:02d} : 0[0] -> 1[1] via P2P/IPC\n" for i in range(3000)
     ]
     path = tmp_path / "late.log"
     path.write_text("".join(chatter + list(generate(RunSpec(fmt="jsonl", steps=3000, seed=37)))))
+    starts: list[int] = []
+    real_read_chunks = pipeline.read_chunks
+
+    def noted(file: Path, size: int, first: int | None = None, start: int = 0) -> Iterator[bytes]:
+        starts.append(start)
+        return real_read_chunks(file, size, first, start)
+
+    monkeypatch.setattr(pipeline, "read_chunks", noted)
     summary, _ = _same(path, split=False)
     assert summary.records == 3000
+    assert starts[0] == 0 and segments.HEAD_LIMIT <= starts[-1] < path.stat().st_size  # jobs 1, then 2
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_a_head_is_taken_chunk_by_chunk_as_a_read_in_order_takes_it(tmp_path: Path) -> None:
+    """Which records a batch holds depends on when it is taken: DeepSpeed's progress records
+    count while no trainer's record came (past `UNDECIDED_HOLD_LINES` lines), and Megatron's
+    records that begin later drop only the ones after them. A worker reading the head takes a
+    batch after each chunk, as a read in order does (found by a real log: all at once, it lost
+    DeepSpeed's records)."""
+    progress = (
+        "[2021-05-27 19:49:{:02d},947] [INFO] [logging.py:60:log_dist] [Rank 0] step={}, skipped=0, lr=[1e-05, 1e-05]\n"
+    )
+    chatter = [f"node{i % 64:03d} NCCL INFO Channel {i % 32:02d} : 0[0] -> 1[1] via P2P/IPC\n" for i in range(6000)]
+    iterations = [
+        f" iteration {i:8d}/    1000 | elapsed time per iteration (ms): 1504.3 | learning rate: 1.875E-05 |"
+        f" lm loss: 1.27902{i}E+01 | loss scale: 1024.0 |\n"
+        for i in (1, 2)
+    ]
+    path = tmp_path / "late_trainer.log"
+    path.write_text(progress.format(1, 0) + "".join(chatter) + progress.format(2, 1) + "".join(iterations))
+    summary, _ = _same(path, split=None)
+    assert (
+        summary.records == 3
+    )  # DeepSpeed's step 0 (its step 1 comes in the batch Megatron's records begin in), iterations 1 and 2
 
 
 def test_default_jobs_is_bounded() -> None:

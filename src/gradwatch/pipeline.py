@@ -229,7 +229,7 @@ def check_path(
 
 def _read_split(check: FileCheck, path: Path, jobs: int, advance: Callable[[int], None]) -> list[Alert]:
     """A large file: its head by a worker, then the rest by all of them when the format allows
-    it (`gradwatch.segments`), else all of it here in order, exactly as `check_path` reads.
+    it (`gradwatch.segments`), else the rest here in order, exactly as `check_path` reads.
 
     The workers get their segments as soon as the head is read, before the detectors run on it.
     """
@@ -238,22 +238,22 @@ def _read_split(check: FileCheck, path: Path, jobs: int, advance: Callable[[int]
     except OSError:  # no processes to be had (a shared login node's limits): all of it here
         reader = None
     alerts: list[Alert] = []
+    read = 0  # bytes read by a worker: the head
     if reader is not None:
         with reader:
-            head = reader.head(check.stream)
-            if head is not None:
-                check.stream, head_batches, head_size = head
-                batches = reader.batches(check.stream, head_size)
-                for batch in head_batches:
-                    alerts += check.feed_batch(batch)
-                advance(head_size)
-                for batch, final, size in batches:
-                    alerts += check.feed_batch(batch)
-                    advance(size)
-                    if final is not None:
-                        check.stream = final
+            check.stream, head_batches, read, ready = reader.head(check.stream)
+            batches = reader.batches(check.stream, read) if ready else iter(())
+            for batch in head_batches:
+                alerts += check.feed_batch(batch)
+            advance(read)
+            for batch, final, size in batches:
+                alerts += check.feed_batch(batch)
+                advance(size)
+                if final is not None:
+                    check.stream = final
+            if ready:
                 return alerts
-    for chunk in read_chunks(path, archive.CHUNK_BYTES):  # no workers, or no format known within the head
+    for chunk in read_chunks(path, archive.CHUNK_BYTES, start=read):  # no workers, or no format known in the head
         alerts += check.feed(chunk)
         advance(len(chunk))
     return alerts

@@ -37,7 +37,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -57,8 +57,8 @@ _Done = TypeVar("_Done")  # what a worker's task returns
 #: The first chunk of a file that a worker reads to learn its format before the workers take
 #: the rest: small, as they wait for it (1 MiB holds hundreds of records in every format)
 HEAD_BYTES = 1 << 20
-#: How far the head may grow, chunk by chunk, while the format is not known: past it, the file
-#: is read in order by this process, from its start (its format may never be known)
+#: How far the head may grow, chunk by chunk, while the format is not known: past it, the rest
+#: of the file is read in order by this process (its format may never be known)
 HEAD_LIMIT = 16 << 20
 #: One worker task: large enough that the warm-up and the sending of the stream cost little.
 SEGMENT_BYTES = 16 << 20
@@ -150,16 +150,16 @@ class SegmentReader:
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def head(self, stream: LogStream) -> tuple[LogStream, Iterator[Batch], int] | None:
-        """The file's head read by a worker from `stream` (as yet unfed): the stream after it, the
-        batches of its records, and its bytes; None when its format was not known within
-        `HEAD_LIMIT` bytes (the file is then read in order, from its start)."""
+    def head(self, stream: LogStream) -> HeadRead:
+        """The file's head read by a worker, from `stream` (as yet unfed)."""
         sizes = (HEAD_BYTES, archive.CHUNK_BYTES, HEAD_LIMIT)  # (as this process has them)
         head = self._result(self._pool.submit(read_head, str(self.path), stream.snapshot(), *sizes))
-        if head.stream is None:
-            return None
-        facts = dataclasses.replace(head.facts, events=head.events.unpacked(0))
-        return pickle.loads(head.stream), (batch for batch, _, _ in _pieces(facts, head.records, None, 0)), head.size
+        batches = (
+            batch
+            for facts, records, events in head.batches
+            for batch, _, _ in _pieces(dataclasses.replace(facts, events=events.unpacked(0)), records, None, 0)
+        )
+        return HeadRead(pickle.loads(head.stream), batches, head.size, head.ready)
 
     def batches(self, stream: LogStream, head_end: int) -> Iterator[tuple[Batch, LogStream | None, int]]:
         """Batches of the file from `head_end` on, in order, with line numbers continuing `stream`'s,
@@ -313,13 +313,28 @@ def _next_line_start(fh: BinaryIO) -> int | None:
         pos += len(block)
 
 
+class HeadRead(NamedTuple):
+    """A file's head, as a worker read it (`SegmentReader.head`)."""
+
+    stream: LogStream  # the stream after it
+    batches: Iterator[
+        Batch
+    ]  # its records (a trainer's records held back while its format is not known are in `stream`)
+    size: int  # its bytes
+    #: whether its format is known (the workers may read the rest); else this process reads on
+    #: from it, in order: past `HEAD_LIMIT` without a format, no workers are kept waiting
+    ready: bool
+
+
 @dataclass
 class _Head:
-    stream: bytes | None  # the stream after the head, pickled (None: no format known within it)
-    facts: BatchFacts  # no events
-    records: dict[str, np.ndarray]  # as `logged_columns` has them
-    events: _PackedEvents
+    stream: bytes  # the stream after the head, pickled
+    #: a batch taken after each chunk, as a read in order takes them (which records a batch
+    #: holds depends on it: a trainer's records that begin late drop DeepSpeed's before them only
+    #: from the batch in which they begin): facts without events, records, events
+    batches: list[tuple[BatchFacts, dict[str, np.ndarray], _PackedEvents]]
     size: int  # the head's bytes
+    ready: bool  # its format known
 
 
 def read_head(path: str, template: bytes, first: int, size: int, limit: int) -> _Head:
@@ -327,20 +342,25 @@ def read_head(path: str, template: bytes, first: int, size: int, limit: int) -> 
     the format is known (and no line is cut), for at most `limit` bytes."""
     stream = pickle.loads(template)
     read = 0
+    batches = []
+
+    def take() -> None:
+        facts, data = stream.take_columns()
+        batches.append((dataclasses.replace(facts, events=[]), logged_columns(data), _PackedEvents.of(facts.events)))
+
     for chunk in read_chunks(Path(path), size, first=first):
         cut = chunk.rfind(b"\n") + 1
         stream.feed(chunk[:cut])
         read += cut
         if cut and stream_ready(stream):
-            facts, data = stream.take_columns()
-            events = _PackedEvents.of(facts.events)
-            facts = dataclasses.replace(facts, events=[])
-            return _Head(stream.snapshot(), facts, logged_columns(data), events, read)
+            take()
+            return _Head(stream.snapshot(), batches, read, ready=True)
         stream.feed(chunk[cut:])
         read += len(chunk) - cut
+        take()
         if read >= limit:
             break
-    return _Head(None, BatchFacts(), {}, _PackedEvents.of([]), read)
+    return _Head(pickle.dumps(stream), batches, read, ready=False)  # (with the records it holds back)
 
 
 def read_segment(task: _Task) -> _Segment:

@@ -37,9 +37,9 @@ def expand_paths(args: list[str]) -> list[Path]:
     return out
 
 
-def read_chunks(path: Path, size: int = CHUNK_BYTES, first: int | None = None) -> Iterator[bytes]:
-    """The file's bytes in chunks of about `size` (the first of about `first`, when given); gzip
-    is decompressed on the fly."""
+def read_chunks(path: Path, size: int = CHUNK_BYTES, first: int | None = None, start: int = 0) -> Iterator[bytes]:
+    """The file's bytes from `start` on, in chunks of about `size` (the first of about `first`,
+    when given); gzip is decompressed on the fly (`start` counts decompressed bytes)."""
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below, also on error
     except FileNotFoundError:
@@ -53,9 +53,10 @@ def read_chunks(path: Path, size: int = CHUNK_BYTES, first: int | None = None) -
             if fh.read(2) == b"\x1f\x8b":
                 fh.seek(0)
                 stream = gzip.GzipFile(fileobj=fh)
+                stream.seek(start)
                 yield from _chunks(stream, size, path, first or size)
             else:
-                fh.seek(0)
+                fh.seek(start)
                 yield from _chunks(fh, size, path, first or size)
         except OSError as e:
             raise InputError(f"{path}: read failed: {e.strerror or e}") from None
