@@ -167,7 +167,7 @@ class SegmentReader:
 
         With the last batch comes the stream as it stands at the end of the file (else None). The
         first segments are handed out before this returns: the caller may run the detectors on
-        the head (and import pandas for them) while the workers read.
+        the head while the workers read.
         """
         split = stream.segment_safe
         template = stream.snapshot()

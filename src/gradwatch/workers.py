@@ -2,7 +2,7 @@
 
 Kept apart from `gradwatch.segments` (which imports the parsers and numpy) so that a command can
 start the workers' fork server before it imports anything heavy: the server then imports what a
-worker runs (0.3 s: the parsers, pyarrow) while this process imports pandas and the detectors.
+worker runs (0.3 s: the parsers, pyarrow) while this process imports the detectors.
 """
 
 from __future__ import annotations

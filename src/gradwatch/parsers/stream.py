@@ -48,8 +48,8 @@ _MAX_RESCANS = 8
 @dataclass(kw_only=True)
 class BatchFacts:
     """What one stretch of a file said besides its records: events, and the clock as the log
-    showed it. A worker sends these beside its records (numpy columns), so that only the main
-    process, which runs the detectors, builds frames and imports pandas."""
+    showed it. A worker sends these beside its records (numpy columns): only the main process,
+    which runs the detectors, builds frames, and only where a reader asks for one."""
 
     events: list[Event] = field(default_factory=list)
     #: time of the latest timestamped line (any line), for stall detection in archived logs
