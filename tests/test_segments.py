@@ -283,6 +283,56 @@ def test_a_script_of_ones_own_that_defines_a_parser_is_run_again_in_the_workers(
     assert reports[1] == reports[0] and reports[1]["files"][0]["records"] == 20000
 
 
+_FAILING_PARSER_MODULE = """
+from gradwatch.api import Parser
+
+
+class Flaky(Parser):
+    name = "flaky"
+    description = "raises on its fifth line"
+    scan = r"mylab "
+
+    def parse(self, text, line, ts, out):
+        if line == 5:
+            raise RuntimeError("boom")
+        out.record(self.name, line, line, ts, {"loss": 2.0 + 1 / line})
+        return True
+"""
+
+_RUN_WITH_FAILING_PARSER = """
+import sys
+
+from gradwatch import segments, workers
+from gradwatch.api import register_parser
+from flaky_module import Flaky
+
+register_parser(Flaky)
+
+if __name__ == "__main__":
+    from gradwatch.cli import main
+
+    workers.MIN_PARALLEL_BYTES, segments.SEGMENT_BYTES = 0, 96 << 10
+    sys.argv = ["gradwatch", "check", "--jobs", sys.argv[2], "--output", "json", sys.argv[1]]
+    main()
+"""
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_plugin_that_fails_in_a_worker_is_reported_once(tmp_path: Path, jobs: str) -> None:
+    """A worker prints no plugin failure: the main process reports each once, from the worker's
+    result (the head's worker printed it, and the main process again as it took the worker's
+    stream; found by review)."""
+    (tmp_path / "flaky_module.py").write_text(_FAILING_PARSER_MODULE)
+    script = tmp_path / "run.py"
+    script.write_text(_RUN_WITH_FAILING_PARSER)
+    log = tmp_path / "mylab.log"
+    log.write_text("".join(f"mylab step {i}\n" for i in range(1, 20001)))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(script), str(log), jobs], capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("error: plugin parser 'flaky'") == 1, done.stderr
+
+
 @pytest.mark.usefixtures("small_segments")
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.fmt}-{s.anomalies[0].kind}")
 def test_parallel_read_equals_sequential(tmp_path: Path, spec: RunSpec) -> None:

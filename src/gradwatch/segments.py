@@ -37,7 +37,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from gradwatch import workers
 from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, BatchFacts, LogStream
+from gradwatch.plugins import failures
 from gradwatch.records import EXTRA_METRICS, columns_of, declare_extra_metrics, logged_columns
 from gradwatch.sources import archive
 from gradwatch.sources.archive import read_chunks
@@ -52,7 +53,12 @@ from gradwatch.sources.archive import read_chunks
 if TYPE_CHECKING:
     from gradwatch.detectors.base import ColumnBatch
 
-_Done = TypeVar("_Done")  # what a worker's task returns
+
+class _Reports(Protocol):
+    failures: list[str]
+
+
+_Done = TypeVar("_Done", bound=_Reports)  # what a worker's task returns
 
 #: The first chunk of a file that a worker reads to learn its format before the workers take
 #: the rest: small, as they wait for it (1 MiB holds hundreds of records in every format)
@@ -127,6 +133,7 @@ class _Segment:
     hints_out: dict[str, object]  # what the parsers tell a guess at its end (`LogStream.hints`)
     #: the stream at the segment's end, pickled (`LogStream.snapshot`), for a task to go on from
     end_state: bytes | None
+    failures: list[str]  # plugin failures met in it, for the main process to report
 
 
 class SegmentReader:
@@ -259,10 +266,14 @@ class SegmentReader:
             yield from _pieces(facts, records, segment.stream, segment.size)
 
     def _result(self, future: Future[_Done]) -> _Done:
+        """A task's result, its plugin failures reported here (a worker prints none)."""
         try:
-            return future.result()
+            done = future.result()
         except BrokenProcessPool:
             raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
+        for message in done.failures:
+            failures.report(message)
+        return done
 
 
 def _going_on(task: _Task, before: _Task, read: _Segment, overrun: bool = False) -> _Task:
@@ -335,11 +346,13 @@ class _Head:
     batches: list[tuple[BatchFacts, dict[str, np.ndarray], _PackedEvents]]
     size: int  # the head's bytes
     ready: bool  # its format known
+    failures: list[str]  # plugin failures met in it, for the main process to report
 
 
 def read_head(path: str, template: bytes, first: int, size: int, limit: int) -> _Head:
     """Parse a file's head in a worker: its first chunks (of `first` bytes, then `size`), until
     the format is known (and no line is cut), for at most `limit` bytes."""
+    reported = failures.count()
     stream = pickle.loads(template)
     read = 0
     batches = []
@@ -354,19 +367,20 @@ def read_head(path: str, template: bytes, first: int, size: int, limit: int) -> 
         read += cut
         if cut and stream_ready(stream):
             take()
-            return _Head(stream.snapshot(), batches, read, ready=True)
+            return _Head(stream.snapshot(), batches, read, True, failures.since(reported))
         stream.feed(chunk[cut:])
         read += len(chunk) - cut
         take()
         if read >= limit:
             break
-    return _Head(pickle.dumps(stream), batches, read, ready=False)  # (with the records it holds back)
+    return _Head(pickle.dumps(stream), batches, read, False, failures.since(reported))  # (with what it holds back)
 
 
 def read_segment(task: _Task) -> _Segment:
     """Parse one segment in a worker: warm-up, the segment, then the end of an open record."""
     # Line numbers go on from the head's, as if the lines between were empty: parsers that key
     # state by line (Megatron's rank dedupe) see the head's lines as earlier, which they are.
+    reported = failures.count()
     stream = pickle.loads(task.template)
     try:
         with open(task.path, "rb") as fh:
@@ -412,6 +426,7 @@ def read_segment(task: _Task) -> _Segment:
         carried_out,
         hints_out,
         end_state,
+        failures.since(reported),
     )
 
 
@@ -537,6 +552,8 @@ def _shifted(segment: _Segment, offset: int) -> tuple[BatchFacts, dict[str, np.n
 def _start_worker(extra_metrics: tuple[str, ...]) -> None:
     """A worker's set-up. Ctrl-C is the main process's to handle: a worker must not print its own
     traceback. The metrics that plugin parsers declared are columns of its batches too: a worker
-    loads no plugins (their parsers come to it in the pickled stream), and its batches lost them."""
+    loads no plugins (their parsers come to it in the pickled stream), and its batches lost them.
+    A plugin's failure is the main process's to print, once (`SegmentReader._result`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     declare_extra_metrics(extra_metrics)
+    failures.withhold()

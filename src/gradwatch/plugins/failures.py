@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 _reported: list[str] = []
+_printing = True
 
 
 def report(message: str) -> None:
@@ -16,7 +17,25 @@ def report(message: str) -> None:
     if message in _reported:
         return
     _reported.append(message)
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    if _printing:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+
+
+def withhold() -> None:
+    """Print nothing from now on, only remember: a worker process's failures are the main
+    process's to print (`since`), once, whichever worker met them."""
+    global _printing
+    _printing = False
+
+
+def count() -> int:
+    """How many failures this process remembers (a mark for `since`)."""
+    return len(_reported)
+
+
+def since(mark: int) -> list[str]:
+    """The failures remembered after the first `mark` of them."""
+    return _reported[mark:]
 
 
 def any_failed() -> bool:
