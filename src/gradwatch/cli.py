@@ -680,8 +680,7 @@ def main() -> None:
     The objects left at the end are frozen out of the garbage collector first: the collections
     of the interpreter's shutdown would walk the modules imported (pandas' and pyarrow's, where a
     command needs them), up to a tenth of a second, to free memory that the process's exit frees
-    anyway. Exit
-    handlers, threads and output flushing are as usual.
+    anyway. Exit handlers, threads and output flushing are as usual.
     """
     _as_package_main()
     try:

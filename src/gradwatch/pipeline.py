@@ -242,16 +242,16 @@ def _read_split(check: FileCheck, path: Path, jobs: int, advance: Callable[[int]
     if reader is not None:
         with reader:
             check.stream, head_batches, read, ready = reader.head(check.stream)
-            batches = reader.batches(check.stream, read) if ready else iter(())
+            batches = reader.batches(check.stream, read) if ready else None  # (handed out now)
             for batch in head_batches:
                 alerts += check.feed_batch(batch)
             advance(read)
-            for batch, final, size in batches:
-                alerts += check.feed_batch(batch)
-                advance(size)
-                if final is not None:
-                    check.stream = final
-            if ready:
+            if batches is not None:
+                for batch, final, size in batches:
+                    alerts += check.feed_batch(batch)
+                    advance(size)
+                    if final is not None:
+                        check.stream = final
                 return alerts
     for chunk in read_chunks(path, archive.CHUNK_BYTES, start=read):  # no workers, or no format known in the head
         alerts += check.feed(chunk)

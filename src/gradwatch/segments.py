@@ -328,9 +328,8 @@ class HeadRead(NamedTuple):
     """A file's head, as a worker read it (`SegmentReader.head`)."""
 
     stream: LogStream  # the stream after it
-    batches: Iterator[
-        Batch
-    ]  # its records (a trainer's records held back while its format is not known are in `stream`)
+    #: its records (a trainer's records held back while its format is not known are in `stream`)
+    batches: Iterator[Batch]
     size: int  # its bytes
     #: whether its format is known (the workers may read the rest); else this process reads on
     #: from it, in order: past `HEAD_LIMIT` without a format, no workers are kept waiting

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-@dataclasses.dataclass
 class ColumnBatch(Batch):
     """A `Batch` of numpy columns (`Columns`) that all its readers share, its `records` frame
     built when first read: by a plugin's detector or a live view, not by the built-in detectors,
