@@ -270,20 +270,27 @@ if __name__ == "__main__":
     workers.MIN_PARALLEL_BYTES = 0  # (a large log in real use)
     archive.CHUNK_BYTES = segments.HEAD_BYTES = segments.WARMUP_BYTES = 512
     segments.SEGMENT_BYTES = 2048
-    sys.argv = ["gradwatch", "check", "--output", "json", "--jobs", sys.argv[2], sys.argv[1]]
+    sys.argv = ["gradwatch", "check", "--output", "json", "--jobs", sys.argv[2], *sys.argv[3:], sys.argv[1]]
     main()
 """
+
+
+def _split_check(
+    tmp_path: Path, log: Path, jobs: str, *args: str, python: str = sys.executable
+) -> subprocess.CompletedProcess[str]:
+    """`check --output json` of `log` with small segments, so that workers read it (`_SPLIT_CHECK`)."""
+    script = tmp_path / "split_check.py"
+    script.write_text(_SPLIT_CHECK)
+    return subprocess.run([python, str(script), str(log), jobs, *args], capture_output=True, text=True, timeout=120)
 
 
 def test_the_custom_metric_reaches_the_detectors_when_workers_read(plugin_venv: PluginVenv, tmp_path: Path) -> None:
     """A plugin parser's own metric is a column of the batches workers read too (it was dropped:
     workers load no plugins, and their batches had the canonical columns only; found by review)."""
-    script = tmp_path / "split_check.py"
-    script.write_text(_SPLIT_CHECK)
     python = str(plugin_venv.root / "bin" / "python")
     reports = []
     for jobs in ("1", "2"):
-        p = subprocess.run([python, str(script), str(PLUGIN_LOG), jobs], capture_output=True, text=True, timeout=120)
+        p = _split_check(tmp_path, PLUGIN_LOG, jobs, python=python)
         assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
         reports.append(json.loads(p.stdout))
     assert reports[1]["alerts"] == reports[0]["alerts"]
@@ -388,6 +395,39 @@ def test_one_file_plugin_from_the_config(tmp_path: Path) -> None:
     for _ in range(2):
         p = run_cli("scan", str(log), "--state", str(state), "--config", str(conf))
         assert p.stderr == "", p.stderr
+
+
+def test_one_file_plugin_when_workers_read(tmp_path: Path) -> None:
+    """Workers import the config's plugin files: its parser reaches them pickled in the stream,
+    and unpickling looks its class up in that file's module (ModuleNotFoundError before)."""
+    _write_plugin(tmp_path, "tiny.py", ONE_FILE_PLUGIN)
+    log = tmp_path / "run.log"
+    log.write_text("".join(f"T step {s} loss {9.0 if s == 700 else 3.0}\n" for s in range(1, 1000)))
+    conf = _config(tmp_path, "plugins: [../plugins/tiny.py]\ndetectors:\n  loss_limit:\n    limit: 5\n")
+    reports = []
+    for jobs in ("1", "2"):
+        p = _split_check(tmp_path, log, jobs, "--config", str(conf))
+        assert p.returncode == 1 and p.stderr == "", p.stderr
+        reports.append(json.loads(p.stdout))
+    assert reports[1] == reports[0]
+    assert reports[1]["files"][0]["format"] == "tinylog" and reports[1]["files"][0]["records"] == 999
+    assert ("loss_limit", 700) in {(a["detector"], a["step"]) for a in reports[1]["alerts"]}
+
+
+def test_a_worker_that_cannot_import_a_plugin_file_ends_the_read_with_one_message(tmp_path: Path) -> None:
+    """Whatever a worker raises becomes the file's error: one line, exit 2, no traceback."""
+    refuses = "import multiprocessing\nif multiprocessing.parent_process() is not None:\n    raise RuntimeError('no')\n"
+    _write_plugin(tmp_path, "fussy.py", refuses + textwrap.dedent(ONE_FILE_PLUGIN))
+    log = tmp_path / "run.log"
+    log.write_text("".join(f"T step {s} loss 3.0\n" for s in range(1, 1000)))
+    conf = _config(tmp_path, "plugins: [../plugins/fussy.py]\n")
+
+    p = _split_check(tmp_path, log, "2", "--config", str(conf))
+    assert p.returncode == 2 and p.stderr == "", p.stderr
+    error = json.loads(p.stdout)["files"][0]["error"]
+    failed = f"{log}: a worker process failed: ModuleNotFoundError: No module named 'gradwatch_plugin_fussy_"
+    assert error.startswith(failed)
+    assert error.endswith("; try --jobs 1")
 
 
 def test_a_plugin_section_is_validated_like_a_built_in_one(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ from gradwatch import workers
 from gradwatch.errors import InputError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, BatchFacts, LogStream
-from gradwatch.plugins import failures
+from gradwatch.plugins import failures, loader
 from gradwatch.records import EXTRA_METRICS, columns_of, declare_extra_metrics, logged_columns
 from gradwatch.sources import archive
 from gradwatch.sources.archive import read_chunks
@@ -148,7 +148,10 @@ class SegmentReader:
         self.in_order = 0
         self.segments = 0
         self._pool = ProcessPoolExecutor(
-            jobs, mp_context=workers.context(), initializer=_start_worker, initargs=(tuple(EXTRA_METRICS),)
+            jobs,
+            mp_context=workers.context(),
+            initializer=_start_worker,
+            initargs=(tuple(EXTRA_METRICS), loader.files_loaded()),
         )
 
     def __enter__(self) -> SegmentReader:
@@ -266,11 +269,14 @@ class SegmentReader:
             yield from _pieces(facts, records, segment.stream, segment.size)
 
     def _result(self, future: Future[_Done]) -> _Done:
-        """A task's result, its plugin failures reported here (a worker prints none)."""
+        """A task's result, its plugin failures reported here (a worker prints none). A worker
+        that failed ends the read of the file with one message: what was read before it stands."""
         try:
             done = future.result()
         except BrokenProcessPool:
             raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
+        except Exception as e:  # (a plugin file that a worker could not import, say)
+            raise InputError(f"{self.path}: a worker process failed: {type(e).__name__}: {e}; try --jobs 1") from None
         for message in done.failures:
             failures.report(message)
         return done
@@ -548,11 +554,14 @@ def _shifted(segment: _Segment, offset: int) -> tuple[BatchFacts, dict[str, np.n
     return moved, records
 
 
-def _start_worker(extra_metrics: tuple[str, ...]) -> None:
+def _start_worker(extra_metrics: tuple[str, ...], plugin_files: tuple[Path, ...]) -> None:
     """A worker's set-up. Ctrl-C is the main process's to handle: a worker must not print its own
-    traceback. The metrics that plugin parsers declared are columns of its batches too: a worker
-    loads no plugins (their parsers come to it in the pickled stream), and its batches lost them.
-    A plugin's failure is the main process's to print, once (`SegmentReader._result`)."""
+    traceback. A plugin's failure is the main process's to print, once (`SegmentReader._result`).
+    The plugin files the config named are imported, as in the main process: their parsers come
+    to the worker in the pickled stream, and unpickling looks their classes up in those modules
+    (installed plugins are packages, which it imports by itself). The metrics that plugin parsers
+    declared are columns of the worker's batches too."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    declare_extra_metrics(extra_metrics)
     failures.withhold()
+    loader.load_files(plugin_files)
+    declare_extra_metrics(extra_metrics)

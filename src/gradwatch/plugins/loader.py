@@ -22,7 +22,7 @@ from gradwatch.errors import PluginError
 from gradwatch.plugins import failures, registry
 
 _installed_loaded = False
-_files_loaded: set[Path] = set()
+_files_loaded: dict[Path, None] = {}  # (in the order they were imported)
 
 
 def load_installed() -> None:
@@ -54,12 +54,18 @@ def load_files(paths: Iterable[Path]) -> None:
     for path in paths:
         if path in _files_loaded:
             continue
-        _files_loaded.add(path)
+        _files_loaded[path] = None
         with registry.loading(str(path)):
             try:
                 _import_file(path)
             except Exception as e:
                 failures.report(_failed(str(path), e))
+
+
+def files_loaded() -> tuple[Path, ...]:
+    """The plugin files this process imported (or tried to), in order: a worker process imports
+    them too, so that their parsers, pickled in a stream, are found there."""
+    return tuple(_files_loaded)
 
 
 def _import_file(path: Path) -> None:
