@@ -352,6 +352,30 @@ def test_50mb_line_without_newline_finishes_in_bounded_memory(tmp_path: Path) ->
     assert peak < 400 << 20, f"peak RSS {peak >> 20} MiB for two 50 MB lines"
 
 
+def test_lines_longer_than_the_limit_are_cut_wherever_the_chunks_were_cut() -> None:
+    """Each line over `MAX_LINE_BYTES` is cut there (a record after the cut is not read) and
+    reported at its own line, whatever the chunk size. (A line was cut only where it crossed the
+    end of a chunk, and only the first was reported.)"""
+    from gradwatch import config
+    from gradwatch.parsers.stream import MAX_LINE_BYTES, LogStream
+    from gradwatch.pipeline import build_parsers
+
+    lines = megatron_log(60).splitlines(keepends=True)
+    lines[29] = "x" * MAX_LINE_BYTES + lines[29]  # record 30 begins past the cut
+    lines[44] = "y" * (3 * MAX_LINE_BYTES) + "\n"  # in place of record 45
+    data = "".join(lines).encode() + b"z" * (MAX_LINE_BYTES + 5)  # no newline at the end
+    cut_at = [30, 45, 61]
+    for chunk in (1000, 4096, 1 << 20, (4 << 20) + 17, 64 << 20):
+        stream = LogStream(build_parsers(config.load(), None))
+        for at in range(0, len(data), chunk):
+            stream.feed(data[at : at + chunk])
+        stream.close()
+        batch = stream.take()
+        assert batch.records["step"].tolist() == [10 * s for s in range(1, 61) if s not in (30, 45)], chunk
+        assert [(e.kind.value, e.line) for e in batch.events] == [("parse_warning", n) for n in cut_at], chunk
+        assert stream.lines == 61
+
+
 @pytest.mark.parametrize("name", ["cut-in-grad-norm.log", "cut-in-loss-value.log", "cut-after-step.log"])
 def test_file_cut_mid_line_keeps_every_record_before_the_cut(zoo: Zoo, name: str) -> None:
     """The 29 complete records count, the cut line gives its step, and a cut value is no false alarm.

@@ -29,7 +29,7 @@ from gradwatch import config, pipeline, segments, workers
 from gradwatch.alerts import Alert
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers import new_parsers
-from gradwatch.parsers.stream import Batch, BatchFacts, LogStream
+from gradwatch.parsers.stream import MAX_LINE_BYTES, Batch, BatchFacts, LogStream
 from gradwatch.pipeline import FileSummary, check_path
 from gradwatch.sources import archive
 from gradwatch.synth import FORMATS, Anomaly, RunSpec, generate, write_sized
@@ -341,6 +341,24 @@ def test_parallel_read_equals_sequential(tmp_path: Path, spec: RunSpec) -> None:
     summary, alerts = _same(path)
     assert summary.records > 1000
     assert any(a.detector == spec.anomalies[0].kind for a in alerts)
+
+
+@pytest.mark.usefixtures("small_segments")
+def test_lines_longer_than_the_limit_are_cut_alike_by_workers(tmp_path: Path) -> None:
+    """Each line over `MAX_LINE_BYTES` is cut and reported at its line by whichever worker reads
+    it, as in one process (where a line was cut depended on the chunks, and each stream reported
+    only its first)."""
+    lines = list(generate(RunSpec(fmt="megatron-deepspeed", steps=3000, seed=3)))
+    record = next(k for k in range(1500, len(lines)) if "consumed samples" in lines[k])
+    lines[record] = "x" * MAX_LINE_BYTES + lines[record]  # the record is cut off
+    lines[2500] = "y" * (3 * MAX_LINE_BYTES) + "\n"
+    path = tmp_path / "long-lines.log"
+    path.write_text("".join(lines) + "z" * (MAX_LINE_BYTES + 5))
+    batches: list[Batch] = []
+    check_path(path, SETTINGS, on_batch=batches.append, jobs=2)
+    warned = [e.line for b in batches for e in b.events if e.kind is EventKind.PARSE_WARNING]
+    assert warned == [record + 1, 2501, len(lines) + 1]
+    _same(path)
 
 
 @pytest.mark.usefixtures("small_segments")

@@ -33,8 +33,8 @@ from gradwatch.records import RecordBuilder
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Longer lines are cut here (the rest is dropped and reported once): a 50 MB line of garbage
-#: must not hold the whole file in memory.
+#: Longer lines are cut here (the rest is dropped, each cut reported at its line): a 50 MB line
+#: of garbage must not hold the whole file in memory.
 MAX_LINE_BYTES = 1 << 20
 #: Until a main parser has produced a record, output is held back for up to this many lines, so
 #: that DeepSpeed progress lines printed before a trainer's first record do not become records.
@@ -87,7 +87,6 @@ class LogStream:
         self.lines = 0
         self.bytes = 0
         self._partial = b""
-        self._overlong = False
         self._closed = False
         self._aux = frozenset(p.name for p in parsers if p.auxiliary)
         self._scan = _keywords(parsers)
@@ -173,7 +172,10 @@ class LogStream:
             self._hold(buf)
             return
         self._partial = b""
-        self._parse_block(memoryview(buf)[: cut + 1])  # (a view: a 4 MiB chunk is not copied)
+        if _all_lines_short(buf, cut + 1):
+            self._parse_block(memoryview(buf)[: cut + 1])  # (a view: a 4 MiB chunk is not copied)
+        else:
+            self._parse_cut(buf[: cut + 1])
         if cut + 1 < len(buf):
             self._hold(buf[cut + 1 :])
 
@@ -183,7 +185,7 @@ class LogStream:
             return
         if self._partial:
             tail, self._partial = self._partial, b""
-            self._parse_block(tail + b"\n")
+            self._parse_cut(tail + b"\n")
         for p in self.parsers:
             p.flush(self.out)
         self._closed = True
@@ -227,18 +229,28 @@ class LogStream:
         return facts, self._aux if main_seen else frozenset()
 
     def _hold(self, partial: bytes) -> None:
-        if len(partial) > MAX_LINE_BYTES:
-            if not self._overlong:
-                self._overlong = True
-                self.out.event(
-                    EventKind.PARSE_WARNING,
-                    self.lines + 1,
-                    None,
-                    None,
-                    text=f"line longer than {MAX_LINE_BYTES} bytes: cut there",
-                )
-            partial = partial[:MAX_LINE_BYTES]
-        self._partial = partial
+        """Keep the start of a line whose newline has not come: enough of it to be cut where any
+        line is (`_parse_cut`), not a byte more."""
+        self._partial = partial[: MAX_LINE_BYTES + 1]
+
+    def _parse_cut(self, data: bytes) -> None:
+        """Parse whole lines, each longer than `MAX_LINE_BYTES` cut there, with a PARSE_WARNING at
+        its line: wherever chunks were cut, and whichever worker read it."""
+        codes = np.frombuffer(data, dtype=np.uint8)
+        ends = np.flatnonzero(codes == 10)
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        kept: list[bytes] = []
+        cuts: list[Event] = []
+        pos = 0
+        for k in np.flatnonzero(ends - starts > MAX_LINE_BYTES).tolist():
+            kept.append(data[pos : int(starts[k]) + MAX_LINE_BYTES])
+            pos = int(ends[k])  # (from its newline on)
+            text = f"line longer than {MAX_LINE_BYTES} bytes: cut there"
+            cuts.append(Event(EventKind.PARSE_WARNING, self.lines + 1 + k, data={"text": text}))
+        events_before = len(self.out.events)
+        self._parse_block(b"".join([*kept, data[pos:]]) if cuts else data)
+        events = self.out.events
+        events[events_before:] = heapq.merge(events[events_before:], cuts, key=_line_of)
 
     def _parse_block(self, data: bytes | memoryview) -> None:
         text, codes, ascii_only = _decoded(data)
@@ -636,6 +648,14 @@ def _rest(block: Block, pos: int) -> Block:
     """The lines of `block` from `pos` (a line start) on."""
     newlines = block.newlines
     return Block(block.text[pos:], block.codes[pos:], newlines[newlines >= pos] - pos, block.ascii)
+
+
+def _all_lines_short(data: bytes, end: int) -> bool:
+    """Whether no line of `data[:end]` (whole lines) is longer than `MAX_LINE_BYTES`: every
+    stretch of half of that holds a newline (a longer line holds one such stretch without),
+    a handful of searches that stop at the first newline."""
+    half = MAX_LINE_BYTES // 2
+    return all(data.find(b"\n", at, min(at + half, end)) >= 0 for at in range(0, end, half))
 
 
 def _decoded(data: bytes | memoryview) -> tuple[str, np.ndarray, bool]:
