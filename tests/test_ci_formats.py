@@ -192,6 +192,17 @@ def test_github_escapes_percent_cr_lf_in_messages_and_also_colon_comma_in_proper
         github.render(cut).splitlines()[0]
         == "::warning file=run.log.gz,title=unreadable::run.log.gz: cut short, 5 records read"
     )
+    assert cut.exit_code == 0
+
+
+def test_a_file_whose_check_a_worker_left_unfinished_fails_in_every_format() -> None:
+    """Records were read, but a worker failed part-way: an error (not a warning), exit 2."""
+    failed = "big.log: a worker process failed: MemoryError: ; the rest of the file went unchecked; try --jobs 1"
+    report = Report(files=[FileSummary("big.log", records=5, error=failed, unfinished=True)])
+    assert report.exit_code == 2
+    assert github.render(report).splitlines()[0] == f"::error file=big.log,title=unreadable::{failed}"
+    case = ET.fromstring(junit.render(report)).find("testsuite/testcase/error")
+    assert case is not None and case.get("type") == "unreadable" and case.get("message") == failed
 
 
 # ---- Markdown ------------------------------------------------------------------------------------------

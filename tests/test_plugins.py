@@ -399,8 +399,9 @@ def test_one_file_plugin_from_the_config(tmp_path: Path) -> None:
 
 def test_one_file_plugin_when_workers_read(tmp_path: Path) -> None:
     """Workers import the config's plugin files: its parser reaches them pickled in the stream,
-    and unpickling looks its class up in that file's module (ModuleNotFoundError before)."""
-    _write_plugin(tmp_path, "tiny.py", ONE_FILE_PLUGIN)
+    and unpickling looks its class up in that file's module (ModuleNotFoundError before). What
+    the plugin prints as it loads is printed once, by the main process, as with one process."""
+    _write_plugin(tmp_path, "tiny.py", "print('tiny plugin loaded')\n" + textwrap.dedent(ONE_FILE_PLUGIN))
     log = tmp_path / "run.log"
     log.write_text("".join(f"T step {s} loss {9.0 if s == 700 else 3.0}\n" for s in range(1, 1000)))
     conf = _config(tmp_path, "plugins: [../plugins/tiny.py]\ndetectors:\n  loss_limit:\n    limit: 5\n")
@@ -408,26 +409,69 @@ def test_one_file_plugin_when_workers_read(tmp_path: Path) -> None:
     for jobs in ("1", "2"):
         p = _split_check(tmp_path, log, jobs, "--config", str(conf))
         assert p.returncode == 1 and p.stderr == "", p.stderr
-        reports.append(json.loads(p.stdout))
+        printed, report = p.stdout.split("\n", 1)
+        assert printed == "tiny plugin loaded"
+        reports.append(json.loads(report))
     assert reports[1] == reports[0]
     assert reports[1]["files"][0]["format"] == "tinylog" and reports[1]["files"][0]["records"] == 999
     assert ("loss_limit", 700) in {(a["detector"], a["step"]) for a in reports[1]["alerts"]}
 
 
-def test_a_worker_that_cannot_import_a_plugin_file_ends_the_read_with_one_message(tmp_path: Path) -> None:
-    """Whatever a worker raises becomes the file's error: one line, exit 2, no traceback."""
+UNCHECKED = "the rest of the file went unchecked; try --jobs 1"
+
+
+def test_a_plugin_file_that_fails_only_in_workers_is_reported_and_fails_the_check(tmp_path: Path) -> None:
+    """The plugin's own failure is printed once, and the file's error says what the worker met:
+    one line each, exit 2, no traceback."""
     refuses = "import multiprocessing\nif multiprocessing.parent_process() is not None:\n    raise RuntimeError('no')\n"
-    _write_plugin(tmp_path, "fussy.py", refuses + textwrap.dedent(ONE_FILE_PLUGIN))
+    plugin = _write_plugin(tmp_path, "fussy.py", refuses + textwrap.dedent(ONE_FILE_PLUGIN))
     log = tmp_path / "run.log"
     log.write_text("".join(f"T step {s} loss 3.0\n" for s in range(1, 1000)))
     conf = _config(tmp_path, "plugins: [../plugins/fussy.py]\n")
 
     p = _split_check(tmp_path, log, "2", "--config", str(conf))
-    assert p.returncode == 2 and p.stderr == "", p.stderr
+    assert p.returncode == 2
+    assert p.stderr == f"error: plugin {plugin.resolve()} failed to load: RuntimeError: no; running without it\n"
     error = json.loads(p.stdout)["files"][0]["error"]
     failed = f"{log}: a worker process failed: ModuleNotFoundError: No module named 'gradwatch_plugin_fussy_"
-    assert error.startswith(failed)
-    assert error.endswith("; try --jobs 1")
+    assert error.startswith(failed) and error.endswith(f"; {UNCHECKED}")
+
+
+#: a plugin file that breaks the workers' reading of segments (not of the head)
+SABOTAGE = """
+    import multiprocessing
+
+    from gradwatch import segments
+
+    if multiprocessing.parent_process() is not None:
+        def _warmup(fh, start, size):
+            raise {error}
+
+        segments._warmup = _warmup
+"""
+
+
+def test_a_worker_that_fails_after_the_head_fails_the_check(tmp_path: Path) -> None:
+    """The records read before the failure are checked, and the check fails (exit 2): the rest of
+    the file went unchecked (it passed with exit 0 or 1 on what the head held)."""
+    _write_plugin(tmp_path, "sabotage.py", SABOTAGE.format(error="MemoryError('out of it')"))
+    conf = _config(tmp_path, "plugins: [../plugins/sabotage.py]\n")
+    p = _split_check(tmp_path, RESUME_LOG, "2", "--config", str(conf))
+    assert p.returncode == 2 and p.stderr == "", p.stderr
+    report = json.loads(p.stdout)
+    first = report["files"][0]
+    assert first["error"] == f"{RESUME_LOG}: a worker process failed: MemoryError: out of it; {UNCHECKED}"
+    assert first["records"] > 0 and report["summary"]["exit_code"] == 2
+
+
+def test_a_file_that_fails_to_read_in_a_worker_is_reported_as_in_one_process(tmp_path: Path) -> None:
+    """The file's own error (gone while read) is reported as it is, not as a worker's failure."""
+    _write_plugin(tmp_path, "sabotage.py", SABOTAGE.format(error="FileNotFoundError(2, 'No such file or directory')"))
+    conf = _config(tmp_path, "plugins: [../plugins/sabotage.py]\n")
+    p = _split_check(tmp_path, RESUME_LOG, "2", "--config", str(conf))
+    assert p.stderr == "", p.stderr
+    first = json.loads(p.stdout)["files"][0]
+    assert first["error"] == f"{RESUME_LOG}: read failed: No such file or directory" and first["records"] > 0
 
 
 def test_a_plugin_section_is_validated_like_a_built_in_one(tmp_path: Path) -> None:

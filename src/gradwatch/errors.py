@@ -5,6 +5,7 @@
      ├── ConfigError          YAML unreadable, unknown key, wrong type    -> exit 2
      ├── InputError           missing/unreadable file, no known format    -> exit 2
      ├── PluginError          a plugin's class breaks the contract        -> exit 2
+     ├── WorkerError          a worker failed part-way through a file     -> exit 2
      └── StateLockedError     another scan holds the --state file         -> exit 3
 
 Each message names the file, line or key path and says how to fix it. `cli.main` catches
@@ -47,6 +48,11 @@ class PluginError(GradwatchError):
     The registries raise it when a class is added. While plugins load, it (like anything else a
     plugin raises) is reported as one line on stderr and the run goes on without that plugin.
     """
+
+
+class WorkerError(GradwatchError):
+    """A worker process failed while reading part of a large file (`check --jobs`): the rest of
+    that file went unchecked, so the run fails (exit 2) whatever the part before it held."""
 
 
 class StateLockedError(GradwatchError):

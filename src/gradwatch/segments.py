@@ -29,20 +29,23 @@ runs the detectors on each segment while the next is read. A plugin's parser tha
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import pickle
 import signal
+import sys
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 
 from gradwatch import workers
-from gradwatch.errors import InputError
+from gradwatch.errors import InputError, WorkerError
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch, BatchFacts, LogStream
 from gradwatch.plugins import failures, loader
@@ -59,6 +62,33 @@ class _Reports(Protocol):
 
 
 _Done = TypeVar("_Done", bound=_Reports)  # what a worker's task returns
+_Args = ParamSpec("_Args")
+
+
+class _TaskFailed(Exception):
+    """What a worker's task raised, as text, with the plugin failures the worker withheld: often
+    the cause (a plugin file that imports in the main process but not in a worker)."""
+
+    def __init__(self, cause: str, withheld: list[str]) -> None:
+        super().__init__(cause, withheld)  # (the arguments pickle it)
+        self.cause, self.withheld = cause, withheld
+
+
+def _in_worker(task: Callable[_Args, _Done]) -> Callable[_Args, _Done]:
+    """A worker's task: what it raises comes back as `_TaskFailed`, but for the file's own
+    InputError (it went away while read), which a read in order reports as it is."""
+
+    @functools.wraps(task)
+    def run(*args: _Args.args, **kwargs: _Args.kwargs) -> _Done:
+        try:
+            return task(*args, **kwargs)
+        except InputError:
+            raise
+        except Exception as e:
+            raise _TaskFailed(f"{type(e).__name__}: {e}", failures.since(0)) from None
+
+    return run
+
 
 #: The first chunk of a file that a worker reads to learn its format before the workers take
 #: the rest: small, as they wait for it (1 MiB holds hundreds of records in every format)
@@ -270,13 +300,21 @@ class SegmentReader:
 
     def _result(self, future: Future[_Done]) -> _Done:
         """A task's result, its plugin failures reported here (a worker prints none). A worker
-        that failed ends the read of the file with one message: what was read before it stands."""
+        that failed ends the read of the file with one message (`WorkerError`, exit 2): what
+        was read before it is still checked."""
+        unchecked = "the rest of the file went unchecked; try --jobs 1"
         try:
             done = future.result()
+        except InputError:
+            raise
+        except _TaskFailed as e:
+            for message in e.withheld:
+                failures.report(message)
+            raise WorkerError(f"{self.path}: a worker process failed: {e.cause}; {unchecked}") from None
         except BrokenProcessPool:
-            raise InputError(f"{self.path}: a worker process died (out of memory?); try --jobs 1") from None
-        except Exception as e:  # (a plugin file that a worker could not import, say)
-            raise InputError(f"{self.path}: a worker process failed: {type(e).__name__}: {e}; try --jobs 1") from None
+            raise WorkerError(f"{self.path}: a worker process died (out of memory?); {unchecked}") from None
+        except Exception as e:  # (its result could not be taken, say)
+            raise WorkerError(f"{self.path}: a worker process failed: {type(e).__name__}: {e}; {unchecked}") from None
         for message in done.failures:
             failures.report(message)
         return done
@@ -354,6 +392,7 @@ class _Head:
     failures: list[str]  # plugin failures met in it, for the main process to report
 
 
+@_in_worker
 def read_head(path: str, template: bytes, first: int, size: int, limit: int) -> _Head:
     """Parse a file's head in a worker: its first chunks (of `first` bytes, then `size`), until
     the format is known (and no line is cut), for at most `limit` bytes."""
@@ -381,6 +420,7 @@ def read_head(path: str, template: bytes, first: int, size: int, limit: int) -> 
     return _Head(pickle.dumps(stream), batches, read, False, failures.since(reported))  # (with what it holds back)
 
 
+@_in_worker
 def read_segment(task: _Task) -> _Segment:
     """Parse one segment in a worker: warm-up, the segment, then the end of an open record."""
     # Line numbers go on from the head's, as if the lines between were empty: parsers that key
@@ -556,12 +596,15 @@ def _shifted(segment: _Segment, offset: int) -> tuple[BatchFacts, dict[str, np.n
 
 def _start_worker(extra_metrics: tuple[str, ...], plugin_files: tuple[Path, ...]) -> None:
     """A worker's set-up. Ctrl-C is the main process's to handle: a worker must not print its own
-    traceback. A plugin's failure is the main process's to print, once (`SegmentReader._result`).
-    The plugin files the config named are imported, as in the main process: their parsers come
-    to the worker in the pickled stream, and unpickling looks their classes up in those modules
-    (installed plugins are packages, which it imports by itself). The metrics that plugin parsers
-    declared are columns of the worker's batches too."""
+    traceback. A plugin's failure is the main process's to print, once (`SegmentReader._result`),
+    and so is the report: a worker writes nothing on stdout (a plugin that prints as it loads
+    printed into `--output json` once per worker). The plugin files the config named are
+    imported, as in the main process: their parsers come to the worker in the pickled stream,
+    and unpickling looks their classes up in those modules (installed plugins are packages,
+    which it imports by itself). The metrics that plugin parsers declared are columns of the
+    worker's batches too."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the worker's, for its life)
     failures.withhold()
     loader.load_files(plugin_files)
     declare_extra_metrics(extra_metrics)
