@@ -376,6 +376,76 @@ def test_lines_longer_than_the_limit_are_cut_wherever_the_chunks_were_cut() -> N
         assert stream.lines == 61
 
 
+def test_a_dict_after_more_than_the_limit_of_tqdm_redraws_is_read() -> None:
+    """A line of tqdm's redraws keeps its newest pieces: the HF Trainer dict glued after the last
+    bar, and that bar's count as its step (the line's start was kept, and the dict lost)."""
+    from gradwatch import config
+    from gradwatch.parsers.stream import MAX_LINE_BYTES, LogStream
+    from gradwatch.pipeline import build_parsers
+
+    dicts = "{'loss': 3.0, 'grad_norm': 1.0, 'learning_rate': 5e-05, 'epoch': 0.0}\n" * 30
+    redraws = "\r".join(f" 50%|█████     | {i}/99999 [01:00<01:00, 1.00it/s]" for i in range(1, 20001))
+    assert len(redraws.encode()) > MAX_LINE_BYTES
+    data = (dicts + redraws + "\r{'loss': 2.5, 'grad_norm': 1.5, 'learning_rate': 4e-05, 'epoch': 0.01}\n").encode()
+    for chunk in (4096, 1 << 20, 64 << 20):
+        stream = LogStream(build_parsers(config.load(), None))
+        for at in range(0, len(data), chunk):
+            stream.feed(data[at : at + chunk])
+        stream.close()
+        batch = stream.take()
+        assert batch.records["step"].tolist() == [*range(1, 31), 20000], chunk
+        assert batch.records["loss"].tolist()[-1] == 2.5
+        assert [(e.kind.value, e.line) for e in batch.events] == [("parse_warning", 31)]
+
+
+def _cut_as_specified(line: bytes, limit: int) -> bytes:
+    """What a line over `limit` is cut to, spelled out: its longest tail of whole `\r`-pieces
+    that fits, or else the start of its last piece (of a line without `\r`: its start)."""
+    if len(line) <= limit:
+        return line
+    pieces = line.split(b"\r")
+    for k in range(1, len(pieces)):
+        if len(tail := b"\r".join(pieces[k:])) <= limit:
+            return tail
+    return pieces[-1][:limit]
+
+
+def test_long_lines_are_cut_as_specified_whatever_the_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random lines of pieces and redraws, fed in random chunks with a limit of 24 bytes: the
+    lines parsed are the whole lines cut as specified, and each cut is reported once."""
+    from gradwatch import config
+    from gradwatch.parsers import stream as stream_module
+    from gradwatch.pipeline import build_parsers
+
+    limit = 24
+    monkeypatch.setattr(stream_module, "MAX_LINE_BYTES", limit)
+    rng = random.Random(7)
+    for _ in range(300):
+        data = bytes(rng.choice(b"aaaaaaab\r\r\n" if rng.random() < 0.5 else b"a\r\n" + b"a" * 60) for _ in range(400))
+        stream = stream_module.LogStream(build_parsers(config.load(), None))
+        seen: list[bytes] = []
+
+        def parse_block(
+            block: bytes | memoryview, stream: stream_module.LogStream = stream, seen: list[bytes] = seen
+        ) -> None:
+            seen.append(bytes(block))  # what the stream would parse, and its lines counted as it counts them
+            stream.lines += seen[-1].count(b"\n")
+
+        monkeypatch.setattr(stream, "_parse_block", parse_block)
+        at = 0
+        while at < len(data):
+            step = rng.choice([1, 2, 3, limit - 1, limit, limit + 1, limit + 2, 2 * limit + 3, 100])
+            stream.feed(data[at : at + step])
+            at += step
+        stream.close()
+        lines = data.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        assert b"".join(seen) == b"".join(_cut_as_specified(line, limit) + b"\n" for line in lines), data
+        warned = [e.line for e in stream.out.events if e.kind.value == "parse_warning"]
+        assert warned == [n for n, line in enumerate(lines, 1) if len(line) > limit], data
+
+
 @pytest.mark.parametrize("name", ["cut-in-grad-norm.log", "cut-in-loss-value.log", "cut-after-step.log"])
 def test_file_cut_mid_line_keeps_every_record_before_the_cut(zoo: Zoo, name: str) -> None:
     """The 29 complete records count, the cut line gives its step, and a cut value is no false alarm.

@@ -33,8 +33,8 @@ from gradwatch.records import RecordBuilder
 if TYPE_CHECKING:
     import pandas as pd
 
-#: Longer lines are cut here (the rest is dropped, each cut reported at its line): a 50 MB line
-#: of garbage must not hold the whole file in memory.
+#: Longer lines are cut to this (`_cut_line`; each cut reported at its line): a 50 MB line of
+#: garbage must not hold the whole file in memory.
 MAX_LINE_BYTES = 1 << 20
 #: Until a main parser has produced a record, output is held back for up to this many lines, so
 #: that DeepSpeed progress lines printed before a trainer's first record do not become records.
@@ -229,13 +229,22 @@ class LogStream:
         return facts, self._aux if main_seen else frozenset()
 
     def _hold(self, partial: bytes) -> None:
-        """Keep the start of a line whose newline has not come: enough of it to be cut where any
-        line is (`_parse_cut`), not a byte more."""
-        self._partial = partial[: MAX_LINE_BYTES + 1]
+        """Keep what is needed of a line whose newline has not come, to cut it as the whole line
+        would be cut (`_cut_line`), whatever comes before its newline: at most two bytes more
+        than `MAX_LINE_BYTES`."""
+        if len(partial) > MAX_LINE_BYTES + 1:
+            last = partial.rfind(b"\r")
+            if last < 0:  # its start is what is kept, unless a redraw comes
+                partial = partial[: MAX_LINE_BYTES + 1]
+            elif len(partial) - last - 1 > MAX_LINE_BYTES:  # its last piece is too long already
+                partial = partial[last : last + MAX_LINE_BYTES + 2]  # (from its `\r`)
+            else:  # (the pieces kept begin within its last bytes)
+                partial = partial[-(MAX_LINE_BYTES + 1) :]
+        self._partial = partial
 
     def _parse_cut(self, data: bytes) -> None:
-        """Parse whole lines, each longer than `MAX_LINE_BYTES` cut there, with a PARSE_WARNING at
-        its line: wherever chunks were cut, and whichever worker read it."""
+        """Parse whole lines, each longer than `MAX_LINE_BYTES` cut (`_cut_line`), with a
+        PARSE_WARNING at its line: wherever chunks were cut, and whichever worker read it."""
         codes = np.frombuffer(data, dtype=np.uint8)
         ends = np.flatnonzero(codes == 10)
         starts = np.concatenate([[0], ends[:-1] + 1])
@@ -243,9 +252,9 @@ class LogStream:
         cuts: list[Event] = []
         pos = 0
         for k in np.flatnonzero(ends - starts > MAX_LINE_BYTES).tolist():
-            kept.append(data[pos : int(starts[k]) + MAX_LINE_BYTES])
+            kept += [data[pos : int(starts[k])], _cut_line(data[int(starts[k]) : int(ends[k])])]
             pos = int(ends[k])  # (from its newline on)
-            text = f"line longer than {MAX_LINE_BYTES} bytes: cut there"
+            text = f"line longer than {MAX_LINE_BYTES} bytes: read in part"
             cuts.append(Event(EventKind.PARSE_WARNING, self.lines + 1 + k, data={"text": text}))
         events_before = len(self.out.events)
         self._parse_block(b"".join([*kept, data[pos:]]) if cuts else data)
@@ -648,6 +657,19 @@ def _rest(block: Block, pos: int) -> Block:
     """The lines of `block` from `pos` (a line start) on."""
     newlines = block.newlines
     return Block(block.text[pos:], block.codes[pos:], newlines[newlines >= pos] - pos, block.ascii)
+
+
+def _cut_line(line: bytes) -> bytes:
+    """A line (without its newline) longer than `MAX_LINE_BYTES`, cut to at most that.
+
+    A line of tqdm's redraws (pieces after `\r`, each read as a line, HF Trainer's dict after
+    the last bar) keeps its last whole pieces that fit, or else the start of its last piece: the
+    newest is what counts. Any other line keeps its start."""
+    fits = line.find(b"\r", len(line) - MAX_LINE_BYTES - 1)
+    if fits >= 0:
+        return line[fits + 1 :]
+    start = line.rfind(b"\r") + 1
+    return line[start : start + MAX_LINE_BYTES]
 
 
 def _all_lines_short(data: bytes, end: int) -> bool:
