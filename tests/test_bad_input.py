@@ -446,6 +446,36 @@ def test_long_lines_are_cut_as_specified_whatever_the_chunks(monkeypatch: pytest
         assert warned == [n for n, line in enumerate(lines, 1) if len(line) > limit], data
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "loading checkpoint from /ckpt at iteration 24000\riteration 24001/24700 | lm loss: 2.0 |\n",
+        "Continuing training from global step 100\r{'loss': 2.0, 'grad_norm': 1.0, 'epoch': 0.1}\n",
+    ],
+)
+def test_a_resume_and_a_record_joined_by_a_carriage_return_are_read_once(tmp_path: Path, text: str) -> None:
+    """The pieces of a `\r`-joined line share its number: resume_regression took the record
+    again and again, for ever (`check`, `scan`, `tail` spun at 100% CPU; found by QA)."""
+    log = tmp_path / "joined.log"
+    log.write_text(text)
+    p = no_traceback(run_cli("check", "--output", "json", str(log), timeout=30))
+    assert p.returncode == 0 and json.loads(p.stdout)["files"][0]["records"] == 1
+
+
+def test_a_resume_on_the_line_of_its_first_record_is_judged_at_that_record(tmp_path: Path) -> None:
+    """The checkpoint load comes first on its line: the record after it on that line is the
+    first one judged after the resume (the loss back at the random-init level)."""
+    lines = [megatron_line(s, loss, g) for s, loss, g in run_values(100)]
+    back = megatron_line(1010, 10.9, 12.0)
+    lines.append(f" loading checkpoint from /ckpt at iteration 1000\r{back}")
+    lines += [megatron_line(s, loss, g) for s, loss, g in run_values(120)[101:]]
+    log = tmp_path / "resumed.log"
+    log.write_text("\n".join(lines) + "\n")
+    p = no_traceback(run_cli("check", "--output", "json", str(log), timeout=30))
+    found = [(a["detector"], a["step"], a["line"]) for a in json.loads(p.stdout)["alerts"]]
+    assert ("resume_regression", 1010, 101) in found, found
+
+
 @pytest.mark.parametrize("name", ["cut-in-grad-norm.log", "cut-in-loss-value.log", "cut-after-step.log"])
 def test_file_cut_mid_line_keeps_every_record_before_the_cut(zoo: Zoo, name: str) -> None:
     """The 29 complete records count, the cut line gives its step, and a cut value is no false alarm.

@@ -100,11 +100,11 @@ class ResumeRegression(Detector):
             while t < len(triggers) and triggers[t] < pos:
                 t += 1
             stop = triggers[t] if t < len(triggers) else n  # next record that needs a look of its own
-            if e < len(events):
-                stop = min(stop, int(np.searchsorted(lines, events[e].line)))
+            if e < len(events):  # (never before `pos`: a record and an event of one line, `\r`-joined)
+                stop = max(pos, min(stop, int(np.searchsorted(lines, events[e].line))))
             self._extend(loss[pos:stop], grad[pos:stop], steps[pos:stop])  # ordinary records in bulk
             pos = stop
-            if e < len(events) and (pos >= n or events[e].line < lines[pos]):
+            if e < len(events) and (pos >= n or events[e].line <= lines[pos]):  # an event first on its line
                 self._event(events[e])
                 e += 1
             elif pos < n:
