@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import termios
+import textwrap
 import threading
 import time
 import urllib.error
@@ -150,6 +151,77 @@ def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
 
 def notices(t: Tail, kind: str) -> list[Obj]:
     return [o for o in t.objs if o["type"] == "notice" and o["kind"] == kind]
+
+
+def _plugin_config(tmp_path: Path, source: str) -> Path:
+    """A config whose `plugins:` names one file of `source`."""
+    (tmp_path / "plugin.py").write_text(textwrap.dedent(source))
+    conf = tmp_path / "gradwatch.yaml"
+    conf.write_text("plugins: [plugin.py]\n")
+    return conf
+
+
+HANGS_ON_NEW_LINES = """
+    import time
+
+    from gradwatch.api import Detector, register_detector
+
+
+    @register_detector
+    class Hangs(Detector):
+        id = "hangs"
+        description = "never returns from a batch past step 1100"
+
+        def update(self, batch):
+            while batch.records["step"].max() > 1100:
+                time.sleep(0.05)
+            return []
+"""
+
+
+def test_a_second_ctrl_c_stops_a_read_that_does_not_end(tmp_path: Path, tails: Any) -> None:
+    """The first waits for the read under way (a plugin's detector that hangs on new lines); the
+    second stops at once, with the summary (only `kill -9` did)."""
+    log = tmp_path / "main_log.txt"
+    write_lines(str(log), 1000, 60)
+    t = tails(str(log), "--config", str(_plugin_config(tmp_path, HANGS_ON_NEW_LINES)))
+    t.started()
+    write_lines(str(log), 1060, 60)
+    time.sleep(1.0)
+    t.proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert t.proc.poll() is None  # still in the hung read
+    summary = t.stop(signal.SIGINT)
+    assert summary["reason"] == "interrupted" and t.proc.returncode == 0
+
+
+BOOM = """
+    from gradwatch.api import Detector, register_detector
+
+
+    @register_detector
+    class Boom(Detector):
+        id = "boom"
+        description = "raises on its first batch"
+
+        def update(self, batch):
+            return [1 / 0]
+"""
+
+
+def test_the_summary_gives_the_exit_code_a_plugin_failure_makes(tmp_path: Path) -> None:
+    log = tmp_path / "main_log.txt"
+    write_lines(str(log), 1000, 60)
+    conf = _plugin_config(tmp_path, BOOM)
+    p = subprocess.run(
+        [*gradwatch_cmd(), "tail", "-", "--config", str(conf), "--output", "jsonl"],
+        input=log.read_text(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    summary = json.loads(p.stdout.splitlines()[-1])
+    assert summary["type"] == "summary" and summary["exit_code"] == p.returncode == 2, p.stderr
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -39,6 +39,7 @@ from gradwatch.detectors.stall import Stall
 from gradwatch.errors import ExitCode, UsageError
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileCheck
+from gradwatch.plugins import failures as plugin_failures
 from gradwatch.sinks import prometheus
 from gradwatch.sinks.metrics_http import MetricsServer
 from gradwatch.sinks.notify import run_command
@@ -192,15 +193,17 @@ class _Tail:
     # ---- the run --------------------------------------------------------------------------------
     def run(self) -> ExitCode:
         handlers = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        forced = False
         try:
             self._follow()
         except KeyboardInterrupt:
+            forced = self.reason == "interrupted"  # a second signal: nothing more is read
             self.reason = "interrupted"
         finally:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
         try:
-            if self.reason == "interrupted":
+            if self.reason == "interrupted" and not forced:
                 self._read_rest()
         finally:
             self._shut_down()
@@ -211,8 +214,10 @@ class _Tail:
 
         An interrupt between reading bytes and parsing them would lose those lines; while the
         history is read (which can take a while) it interrupts at once, since nothing is live yet.
+        A second one interrupts at once too: a read that does not end (a plugin's detector that
+        hangs) must not leave `kill -9` as the only way out.
         """
-        if not self.following:
+        if not self.following or self.reason == "interrupted":
             raise KeyboardInterrupt
         self.reason = "interrupted"
 
@@ -279,6 +284,9 @@ class _Tail:
         self.sink.close(TailSummary(files, dict(self.counts), int(code), self.reason or "error"))
 
     def _exit_code(self) -> ExitCode:
+        """As the process exits: 2 where a plugin failed (`cli.main`), else by the alerts."""
+        if plugin_failures.any_failed():
+            return ExitCode.USAGE
         level = self.exit_level if self.exit_level is not None else Severity.WARNING
         return ExitCode.ALERTS if any(a.severity >= level for a in self.alerts) else ExitCode.OK
 
