@@ -601,6 +601,9 @@ def test_gzip_is_read_transparently(zoo: Zoo) -> None:
 
 
 def test_truncated_gzip_keeps_what_came_before_the_damage(zoo: Zoo) -> None:
+    """What came before the damage is checked, and the check fails: the rest went unchecked."""
+    p = check(str(zoo.path("cut.log.gz")), "--output", "json")
+    assert p.returncode == 2 and json.loads(p.stdout)["summary"]["exit_code"] == 2
     f = zoo.file("cut.log.gz")
     assert f["error"].startswith(f"{zoo.path('cut.log.gz')}: damaged gzip data")
     assert 0 < f["records"] < 3000 and f["first_step"] == 10

@@ -47,20 +47,12 @@ class FileSummary:
     lines: int = 0
     last_values: dict[str, float] = field(default_factory=dict)
     error: str | None = None
-    #: a worker failed part-way through the file: the rest went unchecked (a class default, so
-    #: that summaries pickled in older scan states have it)
-    unfinished: bool = False
     spike_score: SpikeScore = field(default_factory=SpikeScore)
     #: per metric, min/max over the run in at most SHAPE_BUCKETS buckets (check's sparklines)
     shapes: dict[str, MinMaxBuckets] = field(default_factory=dict)
     #: ids of the detectors that judged the file (JUnit's test cases); a class default, so that
     #: summaries pickled in older scan states still have it
     detectors: tuple[str, ...] = ()
-
-    @property
-    def failed(self) -> bool:
-        """Whether the check of this file failed (exit 2): nothing could be read, or not all of it."""
-        return bool(self.error) and (self.records == 0 or self.unfinished)
 
 
 #: Buckets per metric kept for sparklines: small and fixed, whatever the log's length.
@@ -224,10 +216,8 @@ def check_path(
             for chunk in chunks:
                 alerts += evidenced(check.feed(chunk))
                 advance(len(chunk))
-    except InputError as e:  # a missing file, or a damaged gzip: what came before it is still checked
-        check.summary.error = str(e)
-    except WorkerError as e:  # the same, but the check failed: exit 2
-        check.summary.error, check.summary.unfinished = str(e), True
+    except (InputError, WorkerError) as e:  # a missing file, a damaged gzip, a worker that failed:
+        check.summary.error = str(e)  # what came before it is still checked (and the check fails)
     alerts += evidenced(check.close())
     if snapshots is not None:
         snapshots.close(check)

@@ -28,7 +28,7 @@ _COMMAND = {Severity.WARNING: "warning", Severity.CRITICAL: "error"}
 def render(report: Report) -> str:
     """One workflow command per warning or critical alert and per unreadable file, then a summary line."""
     lines = [
-        _command("error" if f.failed else "warning", {"file": f.path, "title": "unreadable"}, f.error)
+        _command("error", {"file": f.path, "title": "unreadable"}, f.error)
         for f in report.files
         if f.error
     ]

@@ -59,7 +59,7 @@ def _suite(f: FileSummary, alerts: list[Alert], report: Report) -> ET.Element:
         if value is not None:
             ET.SubElement(props, "property", name=name, value=_xml(str(value)))
     failing = [a for a in alerts if a.severity >= report.fail_on]
-    if f.failed and f.error:
+    if f.error:
         case = _case(suite, f.path, "read")
         ET.SubElement(case, "error", type="unreadable", message=_xml(f.error))
     for detector in f.detectors:
@@ -72,8 +72,6 @@ def _suite(f: FileSummary, alerts: list[Alert], report: Report) -> ET.Element:
     below = [a for a in alerts if a.severity < report.fail_on]
     if below:
         ET.SubElement(suite, "system-out").text = _xml("\n".join(_line(a) for a in below))
-    if f.error and not f.failed:
-        ET.SubElement(suite, "system-err").text = _xml(f.error)
     _count(suite, suite.findall("testcase"))
     return suite
 

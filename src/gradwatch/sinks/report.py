@@ -43,7 +43,7 @@ class Report:
 
     @property
     def exit_code(self) -> ExitCode:
-        if any(f.failed for f in self.files) or plugin_failures.any_failed():
+        if any(f.error for f in self.files) or plugin_failures.any_failed():
             return ExitCode.USAGE
         if any(a.severity >= self.fail_on for a in self.alerts):
             return ExitCode.ALERTS
@@ -163,7 +163,7 @@ class Report:
             style=SEVERITY_STYLE[Severity.WARNING] if c["warning"] else "",
         )
         t.append(f", {c['info']} info")
-        bad = sum(1 for f in self.files if f.records == 0 or f.failed)
+        bad = sum(1 for f in self.files if f.records == 0 or f.error)
         if bad:
             t.append(f"; {bad} file{'s' if bad != 1 else ''} unreadable or without metrics", style="red")
         t.append(f"  (exit {int(self.exit_code)})", style="dim")
