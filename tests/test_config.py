@@ -73,6 +73,21 @@ def test_user_config_overrides_key_by_key(tmp_path: Path) -> None:
             "formats:\n  custom:\n    - {name: x, pattern: '(?P<loss'}\n",
             r"formats\.custom\[0\]\.pattern is not a valid regex",
         ),
+        # numbers out of range: each was a traceback in the middle of a run (found by QA)
+        (
+            "detectors:\n  grad_norm_spike:\n    short_ratio: -3\n",
+            r"c\.yaml: detectors\.grad_norm_spike: short_ratio must be a finite number above 0, got -3\.0$",
+        ),
+        (
+            "detectors:\n  grad_norm_spike:\n    min_ratio: 0\n",
+            r"detectors\.grad_norm_spike: min_ratio must be a finite number above 0, got 0\.0$",
+        ),
+        ("detectors:\n  loss_divergence:\n    window: 0\n", r"loss_divergence: window must be a finite number above 0"),
+        ("detectors:\n  loss_spike:\n    z_alert: .nan\n", r"loss_spike: z_alert must be a finite number of 0 or more"),
+        (
+            "detectors:\n  resume_regression:\n    vocab_size: -1\n",
+            r"resume_regression: vocab_size must be a finite number of 0 or more, got -1$",
+        ),
     ],
 )
 def test_bad_config_names_file_and_key(tmp_path: Path, text: str, match: str) -> None:

@@ -9,6 +9,7 @@ the stream itself (carrying the tail of a window across batches), never from bat
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -68,6 +69,26 @@ class DetectorConfig:
     """Base of every detector's config: `enabled` is common to all."""
 
     enabled: bool = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BuiltInConfig(DetectorConfig):
+    """A built-in detector's config: every number finite and not negative, and those named in
+    `positive` (windows, ratios whose logarithm is taken) above 0, so that a config out of range
+    is one clear error (`gradwatch.config`), not a traceback in the middle of a run."""
+
+    positive: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            above = f.name in self.positive
+            if not math.isfinite(value) or value < 0 or (above and value == 0):
+                raise ValueError(
+                    f"{f.name} must be a finite number {'above 0' if above else 'of 0 or more'}, got {value!r}"
+                )
 
 
 class Detector(ABC):

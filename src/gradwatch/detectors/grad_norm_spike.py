@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import (
+    BuiltInConfig,
     Detector,
-    DetectorConfig,
     Incident,
     columns,
     median,
@@ -31,7 +32,8 @@ from gradwatch.parsers.stream import Batch
 
 
 @dataclass(frozen=True, kw_only=True)
-class GradNormSpikeConfig(DetectorConfig):
+class GradNormSpikeConfig(BuiltInConfig):
+    positive: ClassVar[tuple[str, ...]] = ("window", "short_ratio", "min_ratio")
     window: int = 128
     warmup: int = 20
     min_history: int = 1

@@ -20,12 +20,13 @@ medians and the lowest one, so a 1 GB log costs no Python work per row and no gr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import bottleneck as bn
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, columns
+from gradwatch.detectors.base import BuiltInConfig, Detector, columns
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -35,7 +36,8 @@ _HINT = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class LogitNormDriftConfig(DetectorConfig):
+class LogitNormDriftConfig(BuiltInConfig):
+    positive: ClassVar[tuple[str, ...]] = ("block",)
     block: int = 20
     growth: float = 1.5
     z_loss_growth: float = 2.0

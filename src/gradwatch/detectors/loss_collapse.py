@@ -13,13 +13,14 @@ prints `'loss': 0.0` beside `'grad_norm': nan` for a NaN step, which is not a co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import (
+    BuiltInConfig,
     Detector,
-    DetectorConfig,
     Incident,
     columns,
     median,
@@ -39,7 +40,8 @@ _HINT = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class LossCollapseConfig(DetectorConfig):
+class LossCollapseConfig(BuiltInConfig):
+    positive: ClassVar[tuple[str, ...]] = ("window",)
     window: int = 20
     min_baseline: float = 0.5
     fraction: float = 0.02

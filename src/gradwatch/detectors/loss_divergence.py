@@ -17,12 +17,20 @@ run going back to normal, not diverging); the nonfinite detector owns them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import bottleneck as bn
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import SMALL_BATCH, Detector, DetectorConfig, columns, median, moving_median
+from gradwatch.detectors.base import (
+    SMALL_BATCH,
+    BuiltInConfig,
+    Detector,
+    columns,
+    median,
+    moving_median,
+)
 from gradwatch.parsers.stream import Batch
 from gradwatch.spike_score import window_means
 
@@ -34,7 +42,8 @@ _HINT = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class LossDivergenceConfig(DetectorConfig):
+class LossDivergenceConfig(BuiltInConfig):
+    positive: ClassVar[tuple[str, ...]] = ("trend_window", "trend_lookback", "window")
     rising_logs: int = 3
     rise_ratio: float = 1.2
     rise_delta: float = 0.3

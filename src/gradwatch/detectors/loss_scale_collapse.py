@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, columns
+from gradwatch.detectors.base import BuiltInConfig, Detector, columns
 from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -32,7 +33,8 @@ _HINT = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class LossScaleCollapseConfig(DetectorConfig):
+class LossScaleCollapseConfig(BuiltInConfig):
+    positive: ClassVar[tuple[str, ...]] = ("rate_window",)
     consecutive_halvings: int = 3
     floor: float = 8.0
     calibration_steps: int = 100

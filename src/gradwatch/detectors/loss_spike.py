@@ -22,11 +22,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns, median, prev_window_median
+from gradwatch.detectors.base import (
+    BuiltInConfig,
+    Detector,
+    Incident,
+    columns,
+    median,
+    prev_window_median,
+)
 from gradwatch.detectors.steps import StepGaps
 from gradwatch.parsers.stream import Batch
 
@@ -38,7 +46,8 @@ _HINT = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class LossSpikeConfig(DetectorConfig):
+class LossSpikeConfig(BuiltInConfig):
+    positive: ClassVar[tuple[str, ...]] = ("window",)
     window: int = 128
     warmup: int = 20
     short_ratio: float = 1.5

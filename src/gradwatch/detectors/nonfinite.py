@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, Incident, columns
+from gradwatch.detectors.base import BuiltInConfig, Detector, Incident, columns
 from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -24,7 +24,7 @@ _HINT = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class NonfiniteConfig(DetectorConfig):
+class NonfiniteConfig(BuiltInConfig):
     quiet: int = 10
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, columns
+from gradwatch.detectors.base import BuiltInConfig, Detector, columns
 from gradwatch.events import Event, EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -35,7 +35,7 @@ _HINT = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class ResumeRegressionConfig(DetectorConfig):
+class ResumeRegressionConfig(BuiltInConfig):
     vocab_size: int | None = None
     probe: int = 3
     init_fraction: float = 0.8

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, columns
+from gradwatch.detectors.base import BuiltInConfig, Detector, columns
 from gradwatch.events import SkipCounts
 from gradwatch.parsers.stream import Batch
 
@@ -25,7 +26,8 @@ _HINT = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class SkippedStepsConfig(DetectorConfig):
+class SkippedStepsConfig(BuiltInConfig):
+    positive: ClassVar[tuple[str, ...]] = ("window",)
     window: int = 100
     max_rate: float = 0.25
     all_skipped_fraction: float = 0.9

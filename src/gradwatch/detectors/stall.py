@@ -20,12 +20,20 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import ClassVar
 
 import bottleneck as bn
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import SMALL_BATCH, Detector, DetectorConfig, columns, median, moving_median
+from gradwatch.detectors.base import (
+    SMALL_BATCH,
+    BuiltInConfig,
+    Detector,
+    columns,
+    median,
+    moving_median,
+)
 from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -40,7 +48,8 @@ _HINT = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class StallConfig(DetectorConfig):
+class StallConfig(BuiltInConfig):
+    positive: ClassVar[tuple[str, ...]] = ("history",)
     factor: float = 10.0
     floor_s: float = 600.0
     history: int = 50

@@ -9,11 +9,18 @@ after a checkpoint save or validation do not count).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.detectors.base import Detector, DetectorConfig, columns, prev_window_highest, prev_window_median
+from gradwatch.detectors.base import (
+    BuiltInConfig,
+    Detector,
+    columns,
+    prev_window_highest,
+    prev_window_median,
+)
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -24,7 +31,8 @@ _CANDIDATES = ("tflops", "tps", "step_time_s")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThroughputDropConfig(DetectorConfig):
+class ThroughputDropConfig(BuiltInConfig):
+    positive: ClassVar[tuple[str, ...]] = ("window",)
     window: int = 100
     min_history: int = 10
     fraction: float = 0.7

@@ -27,11 +27,7 @@ _COMMAND = {Severity.WARNING: "warning", Severity.CRITICAL: "error"}
 
 def render(report: Report) -> str:
     """One workflow command per warning or critical alert and per unreadable file, then a summary line."""
-    lines = [
-        _command("error", {"file": f.path, "title": "unreadable"}, f.error)
-        for f in report.files
-        if f.error
-    ]
+    lines = [_command("error", {"file": f.path, "title": "unreadable"}, f.error) for f in report.files if f.error]
     lines += [_alert(a) for a in report.alerts if a.severity in _COMMAND]
     c = report.counts()
     n = len(report.files)
