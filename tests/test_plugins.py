@@ -523,6 +523,17 @@ BAD_CLASS = """
 """
 
 
+def test_a_plugin_that_exits_as_it_loads_is_reported_and_the_run_goes_on(tmp_path: Path) -> None:
+    """`sys.exit(3)` at import ended gradwatch silently with 3, which means "scan lock held" (found by QA)."""
+    plugin = _write_plugin(tmp_path, "exits.py", "import sys\nsys.exit(3)\n")
+    conf = _config(tmp_path, f"plugins: [{plugin}]\n")
+    plain = json.loads(run_cli("check", "--output", "json", str(RESUME_LOG)).stdout)
+    p = run_cli("check", "--output", "json", "--config", str(conf), str(RESUME_LOG))
+    assert p.returncode == 2
+    assert p.stderr == f"error: plugin {plugin} failed to load: SystemExit: 3; running without it\n"
+    assert json.loads(p.stdout)["alerts"] == plain["alerts"]
+
+
 def test_broken_plugins_are_reported_and_the_built_in_detectors_still_run(tmp_path: Path) -> None:
     """One stderr line per broken plugin (naming it and the error), built-in alerts unchanged, exit 2."""
     files = {

@@ -45,7 +45,7 @@ def load_installed() -> None:
             with registry.loading(origin):
                 try:
                     register(ep.load())
-                except Exception as e:
+                except (Exception, SystemExit) as e:  # (a plugin's `sys.exit` must not end the run)
                     failures.report(_failed(origin, e))
 
 
@@ -58,7 +58,7 @@ def load_files(paths: Iterable[Path]) -> None:
         with registry.loading(str(path)):
             try:
                 _import_file(path)
-            except Exception as e:
+            except (Exception, SystemExit) as e:
                 failures.report(_failed(str(path), e))
 
 
@@ -90,7 +90,7 @@ def _dist_label(ep: EntryPoint) -> str:
     return f"{dist.name} {dist.version}" if dist is not None else ep.value
 
 
-def _failed(origin: str, error: Exception) -> str:
+def _failed(origin: str, error: Exception | SystemExit) -> str:
     if isinstance(error, PluginError):  # its message names the plugin already
         return str(error)
     return f"plugin {origin} failed to load: {type(error).__name__}: {error}; running without it"
