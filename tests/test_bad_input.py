@@ -446,6 +446,15 @@ def test_long_lines_are_cut_as_specified_whatever_the_chunks(monkeypatch: pytest
         assert warned == [n for n, line in enumerate(lines, 1) if len(line) > limit], data
 
 
+def test_a_nan_loss_is_called_so_in_every_format(tmp_path: Path) -> None:
+    """Not "Megatron left the loss field out" for a JSON line that printed NaN (found by QA)."""
+    log = tmp_path / "run.jsonl"
+    log.write_text("".join(f'{{"step": {s}, "loss": {"NaN" if s == 31 else 2.5}}}\n' for s in range(1, 60)))
+    p = no_traceback(run_cli("check", "--output", "json", str(log)))
+    [alert] = [a for a in json.loads(p.stdout)["alerts"] if a["detector"] == "nonfinite" and a["step"] == 31]
+    assert alert["message"] == "loss is NaN at step 31"
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -87,7 +87,7 @@ class Nonfinite(Detector):
             if metric == "nan_count":
                 what = f"{int(nan_count[pos])} NaN iteration(s) counted"
             elif metric == "loss" and value is not None and np.isnan(value):
-                what = "loss is NaN (Megatron left the loss field out)"
+                what = "loss is NaN"  # (printed so, or left out as Megatron does on such a step)
                 value = None
             else:
                 what = f"{', '.join(bad_names)} not finite"
