@@ -266,6 +266,22 @@ def test_export_to_an_unknown_type_is_a_usage_error(spike_log: Path, tmp_path: P
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("-", "error: export reads one log file, not standard input"),
+        ("DIR", "error: export reads one log file, not DIR, a directory"),
+    ],
+)
+def test_export_of_a_directory_or_standard_input_says_what_it_reads(
+    spike_log: Path, tmp_path: Path, source: str, message: str
+) -> None:
+    """(It said "is a directory with no log files" of a folder of logs, and "-: no such file"; found by QA.)"""
+    source = str(spike_log.parent) if source == "DIR" else source
+    p = no_traceback(run_cli("export", source, "--out", str(tmp_path / "r.csv"), stdin=spike_log.read_bytes()))
+    assert p.returncode == 2 and p.stderr == message.replace("DIR", source) + "\n"
+
+
 _FROZEN_AT_EXIT = """
 import atexit, gc, sys
 atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))

@@ -171,6 +171,11 @@ def test_usage_errors_are_one_line_and_exit_2(logs: Path, tmp_path: Path, args: 
     assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+def test_standard_input_is_not_read(logs: Path, tmp_path: Path) -> None:
+    p = report("-", "--out", str(tmp_path / "r.html"))
+    assert p.returncode == 2 and p.stderr == "error: report reads log files, not standard input: save the log first\n"
+
+
 def test_a_log_without_records_is_an_input_error(tmp_path: Path) -> None:
     (tmp_path / "notes.log").write_text("hello\nworld\n")
     p = report(str(tmp_path / "notes.log"), "--out", str(tmp_path / "r.html"))

@@ -85,6 +85,15 @@ def build_parsers(settings: Settings, fmt: str | None, path: str = "") -> list[P
     return parsers
 
 
+def new_stream(settings: Settings, fmt: str | None, path: str = "") -> LogStream:
+    """A stream of the file's parsers (`build_parsers`). Where `--format` names a trainer, the
+    auxiliary parsers' records (DeepSpeed's progress lines) are never the file's: a log of
+    another trainer is one without records, not a healthy DeepSpeed log."""
+    parsers = build_parsers(settings, fmt, path)
+    trainer = fmt is not None and not any(p.auxiliary and p.name == fmt for p in parsers)
+    return LogStream(parsers, path, aux_records=not trainer)
+
+
 def build_detectors(settings: Settings, path: str) -> list[Detector]:
     """The enabled detectors for one file; plugins' run behind a guard (`gradwatch.plugins.guard`)."""
     loader.load_installed()
@@ -110,7 +119,7 @@ class FileCheck:
         self, path: str, settings: Settings, fmt: str | None = None, on_batch: Callable[[Batch], None] | None = None
     ) -> None:
         self.summary = FileSummary(path)
-        self.stream = LogStream(build_parsers(settings, fmt, path), path)
+        self.stream = new_stream(settings, fmt, path)
         self.detectors = build_detectors(settings, path)
         self.summary.detectors = tuple(d.id for d in self.detectors)
         self.on_batch = on_batch
@@ -222,7 +231,7 @@ def check_path(
     if snapshots is not None:
         snapshots.close(check)
     if check.summary.records == 0 and check.summary.error is None:
-        check.summary.error = no_format_message(check.summary.path, check.stream.lines)
+        check.summary.error = no_format_message(check.summary.path, check.stream.lines, fmt)
     alerts.sort(key=Alert.sort_key)
     return check.summary, alerts
 
@@ -259,8 +268,10 @@ def _read_split(check: FileCheck, path: Path, jobs: int, advance: Callable[[int]
     return alerts
 
 
-def no_format_message(path: Path | str, lines: int) -> str:
+def no_format_message(path: Path | str, lines: int, fmt: str | None = None) -> str:
     what = "is empty: no training records" if lines == 0 else f"has {lines} lines but no training records"
+    if fmt is not None and lines:
+        return f"{path}: {what} in format {fmt} (given with --format; without it every known format is tried)"
     names = ", ".join(n for n, c in PARSERS.items() if not c.auxiliary or n == "deepspeed")
     return (
         f"{path}: {what} in any known format (tried: {names}); if this is a trainer we do not "

@@ -8,18 +8,20 @@ import pandas as pd
 
 from gradwatch.config import Settings
 from gradwatch.errors import InputError, UsageError
-from gradwatch.parsers.stream import LogStream
-from gradwatch.pipeline import build_parsers, no_format_message
+from gradwatch.pipeline import new_stream, no_format_message
 from gradwatch.sources.archive import read_chunks
 
 SUFFIXES = (".csv", ".jsonl", ".parquet")
 
 
 def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) -> int:
+    if path == "-" or Path(path).is_dir():
+        what = "standard input" if path == "-" else f"{path}, a directory"
+        raise UsageError(f"export reads one log file, not {what}")
     suffix = Path(out_path).suffix.lower()
     if suffix not in SUFFIXES:
         raise UsageError(f"--out {out_path}: unknown type {suffix or '(none)'}; use {', '.join(SUFFIXES)}")
-    stream = LogStream(build_parsers(settings, fmt), path)
+    stream = new_stream(settings, fmt, path)
     frames: list[pd.DataFrame] = []
     for chunk in read_chunks(Path(path)):
         stream.feed(chunk)
@@ -28,7 +30,7 @@ def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) ->
     frames.append(stream.take().records)
     records = pd.concat(frames, ignore_index=True)
     if records.empty:
-        raise InputError(no_format_message(Path(path), stream.lines))
+        raise InputError(no_format_message(Path(path), stream.lines, fmt))
     records["step"] = records["step"].astype("Int64").mask(records["step"] < 0)
     try:
         if suffix == ".csv":

@@ -18,6 +18,8 @@ def run_report(
     """Check each log, draw its panels with its alerts marked, and write `out_path`."""
     kind = output_kind(out_path)
     chosen = panels.select(metrics)
+    if "-" in paths:
+        raise UsageError("report reads log files, not standard input: save the log first")
     files = expand_paths(paths)
     if not files:
         raise InputError(f"no log files found in {', '.join(paths)}")

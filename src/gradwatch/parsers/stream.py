@@ -77,11 +77,15 @@ class Batch(BatchFacts):
 class LogStream:
     """Parses one file incrementally with a fixed set of parsers."""
 
-    #: see __init__ (a class default, so that streams pickled in older scan states have it)
+    #: see __init__ (class defaults, so that streams pickled in older scan states have them)
     _aux_readers: list[tuple[Parser, Keywords | None]] = []
+    _aux_records = True
 
-    def __init__(self, parsers: list[Parser], path: str = "") -> None:
+    def __init__(self, parsers: list[Parser], path: str = "", aux_records: bool = True) -> None:
+        """`aux_records`: whether auxiliary parsers' records are the file's where no main parser
+        found any (a DeepSpeed-only log); not where `--format` named a trainer."""
         self.path = path
+        self._aux_records = aux_records
         self.parsers = parsers
         self.out = ParseOutput()
         self.lines = 0
@@ -101,10 +105,10 @@ class LogStream:
     @property
     def format(self) -> str | None:
         """The parser that produced most records (main parsers before auxiliary ones)."""
-        counts = self.out.counts
+        main = {p.name for p in self.parsers if not p.auxiliary}
+        counts = {n: c for n, c in self.out.counts.items() if self._aux_records or n in main}
         if not counts:
             return None
-        main = {p.name for p in self.parsers if not p.auxiliary}
         ranked = sorted(counts, key=lambda n: (n in main, counts[n]), reverse=True)
         return ranked[0]
 
@@ -226,7 +230,7 @@ class LogStream:
             path=self.path,
             skip_counts=skips,
         )
-        return facts, self._aux if main_seen else frozenset()
+        return facts, self._aux if main_seen or not self._aux_records else frozenset()
 
     def _hold(self, partial: bytes) -> None:
         """Keep what is needed of a line whose newline has not come, to cut it as the whole line
