@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gzip
 import io
 import json
 import math
@@ -193,6 +194,17 @@ def test_a_second_ctrl_c_stops_a_read_that_does_not_end(tmp_path: Path, tails: A
     assert t.proc.poll() is None  # still in the hung read
     summary = t.stop(signal.SIGINT)
     assert summary["reason"] == "interrupted" and t.proc.returncode == 0
+
+
+def test_a_gzip_file_is_said_to_be_unreadable(tmp_path: Path, tails: Any) -> None:
+    """Not silence (found by QA): tail follows plain text, `check` reads gzip."""
+    log = tmp_path / "old.log.gz"
+    plain = tmp_path / "old.log"
+    write_lines(str(plain), 1000, 60)
+    log.write_bytes(gzip.compress(plain.read_bytes()))
+    t = tails(str(log))
+    notice = t.wait_for(lambda o: o["type"] == "notice" and o["kind"] == "unreadable", what="unreadable notice")
+    assert notice["path"] == str(log) and notice["detail"].startswith("gzip-compressed: tail follows plain text logs")
 
 
 BOOM = """

@@ -302,6 +302,9 @@ class _Tail:
             self.stalls[path] = next((d for d in check.detectors if isinstance(d, Stall)), None)
             if self.snapshots is not None:
                 self.snapshots.watch(check)
+            if data.startswith(b"\x1f\x8b"):  # (else silence: its bytes hold no record)
+                detail = "gzip-compressed: tail follows plain text logs; `gradwatch check` reads it"
+                self.sink.notice(Notice("unreadable", path, detail))
         self.last_data = self.clock()
         self._dispatch(self._evidenced(check, check.feed(data)))
 
