@@ -177,12 +177,11 @@ class Stall(Detector):
 
     def _least_limit(self, joined: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """For each index in `ends`: the least `factor` x the median of the window
-        `_medians_through` takes can be (its smallest value's, or largest's for a negative factor)."""
+        `_medians_through` takes can be: its smallest value's (`factor` is not negative)."""
         padded = np.concatenate([joined, [np.nan]])  # an index past the end: no value yet
         width = min(self.config.history, len(padded))
-        bound = bn.move_min if self.config.factor >= 0 else bn.move_max
         with np.errstate(over="ignore"):  # a huge factor: inf, still a bound
-            return self.config.factor * bound(padded, width, min_count=1)[ends]
+            return self.config.factor * bn.move_min(padded, width, min_count=1)[ends]
 
     def _medians_through(self, joined: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """For each index in `ends`: the median of the last `history` values of `joined` up to it (NaN: none)."""
