@@ -534,6 +534,17 @@ def test_a_plugin_that_exits_as_it_loads_is_reported_and_the_run_goes_on(tmp_pat
     assert json.loads(p.stdout)["alerts"] == plain["alerts"]
 
 
+def test_a_plugin_detector_that_exits_as_it_runs_is_turned_off_and_the_run_goes_on(tmp_path: Path) -> None:
+    """(`sys.exit(3)` in `update` ended the run silently with 3; found by review.)"""
+    source = RAISES_IN_UPDATE.replace("return [1 / 0]", "import sys; sys.exit(3)")
+    plugin = _write_plugin(tmp_path, "exits.py", source)
+    conf = _config(tmp_path, f"plugins: [{plugin}]\n")
+    plain = json.loads(run_cli("check", "--output", "json", str(RESUME_LOG)).stdout)
+    p = run_cli("check", "--output", "json", "--config", str(conf), str(RESUME_LOG))
+    assert p.returncode == 2 and "SystemExit: 3" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    assert json.loads(p.stdout)["alerts"] == plain["alerts"]
+
+
 def test_broken_plugins_are_reported_and_the_built_in_detectors_still_run(tmp_path: Path) -> None:
     """One stderr line per broken plugin (naming it and the error), built-in alerts unchanged, exit 2."""
     files = {

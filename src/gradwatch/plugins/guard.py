@@ -25,7 +25,7 @@ def new_detector(cls: type[Detector], config: DetectorConfig, path: str) -> Dete
         return cls(config, path)
     try:
         return GuardedDetector(cls(config, path), origin)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # (a plugin's sys.exit must not end the run)
         failures.report(f"plugin detector {cls.id!r} ({origin}) raised in __init__ for {path}: {_describe(e)}")
         return None
 
@@ -37,7 +37,7 @@ def new_parser(cls: type[Parser], path: str) -> Parser | None:
         return cls()
     try:
         return GuardedParser(cls(), origin, path)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         failures.report(f"plugin parser {cls.name!r} ({origin}) raised in __init__ for {path}: {_describe(e)}")
         return None
 
@@ -65,7 +65,7 @@ class GuardedDetector(Detector):
             if not isinstance(alerts, list) or not all(isinstance(a, Alert) for a in alerts):
                 raise TypeError(f"{method} must return a list of Alert, got {alerts!r:.80}")
             return alerts
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             self.error = (
                 f"plugin detector {self.inner.id!r} ({self.origin}) raised in {method} on {self.path}: "
                 f"{_describe(e)}; it is off for the rest of this file"
@@ -95,7 +95,7 @@ class GuardedParser(Parser):
             return False
         try:
             return bool(self.inner.collecting)
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             self._fail("collecting", None, e)
             return False
 
@@ -104,7 +104,7 @@ class GuardedParser(Parser):
             return False
         try:
             return bool(self.inner.parse(text, line, ts, out))
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             self._fail("parse", line, e)
             return False
 
@@ -113,10 +113,10 @@ class GuardedParser(Parser):
             return
         try:
             self.inner.flush(out)
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             self._fail("flush", None, e)
 
-    def _fail(self, method: str, line: int | None, error: Exception) -> None:
+    def _fail(self, method: str, line: int | None, error: BaseException) -> None:
         where = self.path or "<input>"
         if line is not None:
             where += f":{line}"
@@ -132,5 +132,5 @@ class GuardedParser(Parser):
             failures.report(self.error)
 
 
-def _describe(error: Exception) -> str:
+def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
