@@ -237,6 +237,10 @@ class LogStream:
         would be cut (`_cut_line`), whatever comes before its newline: at most two bytes more
         than `MAX_LINE_BYTES`."""
         if len(partial) > MAX_LINE_BYTES + 1:
+            if partial.endswith(b"\r"):  # (a Windows line end, it may be: kept apart, as `_cut_line` does)
+                self._hold(partial[:-1])
+                self._partial += b"\r"
+                return
             last = partial.rfind(b"\r")
             if last < 0:  # its start is what is kept, unless a redraw comes
                 partial = partial[: MAX_LINE_BYTES + 1]
@@ -668,7 +672,11 @@ def _cut_line(line: bytes) -> bytes:
 
     A line of tqdm's redraws (pieces after `\r`, each read as a line, HF Trainer's dict after
     the last bar) keeps its last whole pieces that fit, or else the start of its last piece: the
-    newest is what counts. Any other line keeps its start."""
+    newest is what counts. Any other line keeps its start. A `\r` that ends the line (Windows'
+    line end) is no redraw: it is dropped first."""
+    line = line.removesuffix(b"\r")
+    if len(line) <= MAX_LINE_BYTES:
+        return line
     fits = line.find(b"\r", len(line) - MAX_LINE_BYTES - 1)
     if fits >= 0:
         return line[fits + 1 :]
