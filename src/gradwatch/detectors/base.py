@@ -71,6 +71,10 @@ class DetectorConfig:
     enabled: bool = True
 
 
+#: the largest number a built-in setting takes: windows and steps past it are no setting
+_LARGEST_SETTING = 2**53
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BuiltInConfig(DetectorConfig):
     """A built-in detector's config: every number finite and not negative, and those named in
@@ -85,10 +89,10 @@ class BuiltInConfig(DetectorConfig):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             above = f.name in self.positive
-            if not math.isfinite(value) or value < 0 or (above and value == 0):
-                raise ValueError(
-                    f"{f.name} must be a finite number {'above 0' if above else 'of 0 or more'}, got {value!r}"
-                )
+            finite = abs(value) <= _LARGEST_SETTING and math.isfinite(value)  # (no int past a float's range)
+            if not finite or value < 0 or (above and value == 0):
+                need = "above 0" if above else "of 0 or more"
+                raise ValueError(f"{f.name} must be a number {need} and at most 2**53, got {value!r}")
 
 
 class Detector(ABC):
