@@ -207,6 +207,52 @@ def test_a_gzip_file_is_said_to_be_unreadable(tmp_path: Path, tails: Any) -> Non
     assert notice["path"] == str(log) and notice["detail"].startswith("gzip-compressed: tail follows plain text logs")
 
 
+HANGS_AT_THE_END = """
+    import time
+
+    from gradwatch.api import Detector, register_detector
+
+
+    @register_detector
+    class HangsAtTheEnd(Detector):
+        id = "hangs_at_the_end"
+        description = "never returns from finish"
+
+        def update(self, batch):
+            return []
+
+        def finish(self):
+            while True:
+                time.sleep(0.05)
+"""
+
+
+def test_a_second_ctrl_c_while_the_files_are_closed_gives_the_summary(tmp_path: Path, tails: Any) -> None:
+    """(The summary said exit 0 and the process exited 130, or SIGTERM killed it without one;
+    found by review.)"""
+    log = tmp_path / "main_log.txt"
+    write_lines(str(log), 1000, 60)
+    t = tails(str(log), "--config", str(_plugin_config(tmp_path, HANGS_AT_THE_END)))
+    t.started()
+    t.proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert t.proc.poll() is None  # in the hung finish
+    summary = t.stop(signal.SIGTERM)
+    assert summary["reason"] == "interrupted" and summary["exit_code"] == t.proc.returncode == 0
+
+
+def test_lines_written_just_before_ctrl_c_are_read(tmp_path: Path, tails: Any) -> None:
+    """Ctrl-C reads what was written up to then (it was dropped: `_on_data` judged nothing once
+    a reason to stop was set; found by review)."""
+    log = tmp_path / "main_log.txt"
+    write_lines(str(log), 1000, 60)
+    t = tails(str(log), "--poll", "5")
+    t.started()
+    write_lines(str(log), 1060, 10, spikes={1065})
+    summary = t.stop()
+    assert summary["files"][0]["records"] == 70 and t.alert_at(1065)
+
+
 BOOM = """
     from gradwatch.api import Detector, register_detector
 

@@ -21,6 +21,7 @@ began, across rotations.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shlex
@@ -195,17 +196,17 @@ class _Tail:
         handlers = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         forced = False
         try:
-            self._follow()
-        except KeyboardInterrupt:
-            forced = self.reason == "interrupted"  # a second signal: nothing more is read
-            self.reason = "interrupted"
+            try:
+                self._follow()
+            except KeyboardInterrupt:
+                forced = self.reason == "interrupted"  # a second signal: nothing more is read
+                self.reason = "interrupted"
+            if self.reason == "interrupted" and not forced:
+                with contextlib.suppress(KeyboardInterrupt):  # a second signal: what was read stands
+                    self._read_rest()
         finally:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
-        try:
-            if self.reason == "interrupted" and not forced:
-                self._read_rest()
-        finally:
             self._shut_down()
         return self._exit_code()
 
@@ -292,8 +293,8 @@ class _Tail:
 
     # ---- data in, alerts out --------------------------------------------------------------------
     def _on_data(self, path: str, data: bytes) -> None:
-        if self.reason is not None:
-            return  # --exit-on fired earlier in this read: nothing more is judged
+        if self.reason is not None and self.reason != "interrupted":
+            return  # --exit-on fired earlier in this read: nothing more is judged (after Ctrl-C, what was written is)
         check = self.checks.get(path)
         if check is None:
             check = self.checks[path] = FileCheck(
