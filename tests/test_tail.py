@@ -46,6 +46,7 @@ from gradwatch.sinks import prometheus
 from gradwatch.sinks.live import LiveView
 from tests.conftest import gradwatch_cmd
 from tests.tail_writer import megatron_line, write_lines
+from tests.test_plugins import RAISES_IN_UPDATE
 
 WRITER = Path(__file__).with_name("tail_writer.py")
 MODES = [pytest.param([], id="inotify"), pytest.param(["--poll", "0.2"], id="poll")]
@@ -162,7 +163,7 @@ def _plugin_config(tmp_path: Path, source: str) -> Path:
     return conf
 
 
-HANGS_ON_NEW_LINES = """
+HANGS = """
     import time
 
     from gradwatch.api import Detector, register_detector
@@ -171,12 +172,16 @@ HANGS_ON_NEW_LINES = """
     @register_detector
     class Hangs(Detector):
         id = "hangs"
-        description = "never returns from a batch past step 1100"
+        description = "never returns from a batch past step 1100, nor from finish"
 
         def update(self, batch):
             while batch.records["step"].max() > 1100:
                 time.sleep(0.05)
             return []
+
+        def finish(self):
+            while True:
+                time.sleep(0.05)
 """
 
 
@@ -185,7 +190,7 @@ def test_a_second_ctrl_c_stops_a_read_that_does_not_end(tmp_path: Path, tails: A
     second stops at once, with the summary (only `kill -9` did)."""
     log = tmp_path / "main_log.txt"
     write_lines(str(log), 1000, 60)
-    t = tails(str(log), "--config", str(_plugin_config(tmp_path, HANGS_ON_NEW_LINES)))
+    t = tails(str(log), "--config", str(_plugin_config(tmp_path, HANGS)))
     t.started()
     write_lines(str(log), 1060, 60)
     time.sleep(1.0)
@@ -207,32 +212,12 @@ def test_a_gzip_file_is_said_to_be_unreadable(tmp_path: Path, tails: Any) -> Non
     assert notice["path"] == str(log) and notice["detail"].startswith("gzip-compressed: tail follows plain text logs")
 
 
-HANGS_AT_THE_END = """
-    import time
-
-    from gradwatch.api import Detector, register_detector
-
-
-    @register_detector
-    class HangsAtTheEnd(Detector):
-        id = "hangs_at_the_end"
-        description = "never returns from finish"
-
-        def update(self, batch):
-            return []
-
-        def finish(self):
-            while True:
-                time.sleep(0.05)
-"""
-
-
 def test_a_second_ctrl_c_while_the_files_are_closed_gives_the_summary(tmp_path: Path, tails: Any) -> None:
     """(The summary said exit 0 and the process exited 130, or SIGTERM killed it without one;
     found by review.)"""
     log = tmp_path / "main_log.txt"
     write_lines(str(log), 1000, 60)
-    t = tails(str(log), "--config", str(_plugin_config(tmp_path, HANGS_AT_THE_END)))
+    t = tails(str(log), "--config", str(_plugin_config(tmp_path, HANGS)))
     t.started()
     t.proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
@@ -253,24 +238,10 @@ def test_lines_written_just_before_ctrl_c_are_read(tmp_path: Path, tails: Any) -
     assert summary["files"][0]["records"] == 70 and t.alert_at(1065)
 
 
-BOOM = """
-    from gradwatch.api import Detector, register_detector
-
-
-    @register_detector
-    class Boom(Detector):
-        id = "boom"
-        description = "raises on its first batch"
-
-        def update(self, batch):
-            return [1 / 0]
-"""
-
-
 def test_the_summary_gives_the_exit_code_a_plugin_failure_makes(tmp_path: Path) -> None:
     log = tmp_path / "main_log.txt"
     write_lines(str(log), 1000, 60)
-    conf = _plugin_config(tmp_path, BOOM)
+    conf = _plugin_config(tmp_path, RAISES_IN_UPDATE)
     p = subprocess.run(
         [*gradwatch_cmd(), "tail", "-", "--config", str(conf), "--output", "jsonl"],
         input=log.read_text(),
