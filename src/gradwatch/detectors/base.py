@@ -71,13 +71,13 @@ class DetectorConfig:
     enabled: bool = True
 
 
-#: the largest number a built-in setting takes: windows and steps past it are no setting
-_LARGEST_SETTING = 2**53
+#: the largest integer a built-in setting takes (past it, numpy's int64 overflows mid-run)
+_LARGEST_INT = 2**62
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BuiltInConfig(DetectorConfig):
-    """A built-in detector's config: every number finite and not negative, and those named in
+    """A built-in detector's config: every number finite (an integer at most 2**62) and not negative, and those named in
     `positive` (windows, ratios whose logarithm is taken) above 0, so that a config out of range
     is one clear error (`gradwatch.config`), not a traceback in the middle of a run."""
 
@@ -89,10 +89,12 @@ class BuiltInConfig(DetectorConfig):
             if isinstance(value, bool) or not isinstance(value, int | float):
                 continue
             above = f.name in self.positive
-            finite = abs(value) <= _LARGEST_SETTING and math.isfinite(value)  # (no int past a float's range)
-            if not finite or value < 0 or (above and value == 0):
+            whole = isinstance(value, int)
+            fits = value <= _LARGEST_INT if whole else math.isfinite(value)
+            if not fits or value < 0 or (above and value == 0):
                 need = "above 0" if above else "of 0 or more"
-                raise ValueError(f"{f.name} must be a number {need} and at most 2**53, got {value!r}")
+                what = f"an integer {need} and at most 2**62" if whole else f"a finite number {need}"
+                raise ValueError(f"{f.name} must be {what}, got {value!r}")
 
 
 class Detector(ABC):
