@@ -77,9 +77,10 @@ _LARGEST_INT = 2**62
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BuiltInConfig(DetectorConfig):
-    """A built-in detector's config: every number finite (an integer at most 2**62) and not negative, and those named in
-    `positive` (windows, ratios whose logarithm is taken) above 0, so that a config out of range
-    is one clear error (`gradwatch.config`), not a traceback in the middle of a run."""
+    """A built-in detector's config: every number finite (an integer at most 2**62) and not
+    negative, and those named in `positive` (windows, ratios whose logarithm is taken) above 0,
+    so that a config out of range is one clear error (`gradwatch.config`), not a traceback in
+    the middle of a run."""
 
     positive: ClassVar[tuple[str, ...]] = ()
 
