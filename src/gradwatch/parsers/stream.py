@@ -237,17 +237,16 @@ class LogStream:
         would be cut (`_cut_line`), whatever comes before its newline: at most two bytes more
         than `MAX_LINE_BYTES`."""
         if len(partial) > MAX_LINE_BYTES + 1:
-            if partial.endswith(b"\r"):  # (a Windows line end, it may be: kept apart, as `_cut_line` does)
-                self._hold(partial[:-1])
-                self._partial += b"\r"
-                return
-            last = partial.rfind(b"\r")
+            # a `\r` at its end may be a Windows line end: kept apart, as `_cut_line` does
+            body, end = (partial[:-1], b"\r") if partial.endswith(b"\r") else (partial, b"")
+            last = body.rfind(b"\r")
             if last < 0:  # its start is what is kept, unless a redraw comes
-                partial = partial[: MAX_LINE_BYTES + 1]
-            elif len(partial) - last - 1 > MAX_LINE_BYTES:  # its last piece is too long already
-                partial = partial[last : last + MAX_LINE_BYTES + 2]  # (from its `\r`)
+                body = body[: MAX_LINE_BYTES + 1]
+            elif len(body) - last - 1 > MAX_LINE_BYTES:  # its last piece is too long already
+                body = body[last : last + MAX_LINE_BYTES + 2]  # (from its `\r`)
             else:  # (the pieces kept begin within its last bytes)
-                partial = partial[-(MAX_LINE_BYTES + 1) :]
+                body = body[-(MAX_LINE_BYTES + 1) :]
+            partial = body + end
         self._partial = partial
 
     def _parse_cut(self, data: bytes) -> None:
