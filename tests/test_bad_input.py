@@ -513,6 +513,21 @@ def test_a_resume_on_the_line_of_its_first_record_is_judged_at_that_record(tmp_p
     assert ("resume_regression", 1010, 101) in found, found
 
 
+def test_a_resume_after_a_record_on_its_line_is_judged_at_the_step_going_back(tmp_path: Path) -> None:
+    """A record before the load on one `\r`-joined line was taken as the first one after the
+    resume, so the probe judged a healthy pre-resume loss and the resume went unsaid (review)."""
+    lines = [megatron_line(s, loss, g) for s, loss, g in run_values(100)]
+    before = megatron_line(1010, 2.0, 1.0)
+    lines.append(f"{before}\r loading checkpoint from /ckpt at iteration 1000")
+    lines.append(megatron_line(1001, 10.9, 12.0))
+    lines += [megatron_line(s, loss, g) for s, loss, g in run_values(120)[101:]]
+    log = tmp_path / "resumed.log"
+    log.write_text("\n".join(lines) + "\n")
+    p = no_traceback(run_cli("check", "--output", "json", str(log), timeout=30))
+    found = [(a["detector"], a["step"], a["line"], a["severity"]) for a in json.loads(p.stdout)["alerts"]]
+    assert ("resume_regression", 1001, 102, "critical") in found, found
+
+
 @pytest.mark.parametrize("name", ["cut-in-grad-norm.log", "cut-in-loss-value.log", "cut-after-step.log"])
 def test_file_cut_mid_line_keeps_every_record_before_the_cut(zoo: Zoo, name: str) -> None:
     """The 29 complete records count, the cut line gives its step, and a cut value is no false alarm.

@@ -139,6 +139,11 @@ class ResumeRegression(Detector):
             elif last is not None and step <= last:
                 went = f"{step} was logged again" if step == last else f"went back from {last} to {step}"
                 self._probe = _Probe(f"the step {went}")
+        elif last is not None and step <= last and self._probe.rows:
+            # the rows taken so far came before the resume (a record `\r`-joined before the load)
+            self._pre_loss.extend(self._probe.losses)
+            self._pre_grad.extend(self._probe.grads)
+            self._probe = _Probe(self._probe.reason)
         probe = self._probe
         if probe is None:
             if loss == loss:
