@@ -288,24 +288,26 @@ def test_exit_code_of_a_single_file(zoo: Zoo, name: str, exit_code: int) -> None
     assert f"(exit {exit_code})" in p.stdout
 
 
+@pytest.mark.parametrize("fmt", ["megatron", "errors"])
 @pytest.mark.parametrize("command", ["check", "export"])
-def test_a_format_given_that_finds_no_records_is_an_error(tmp_path: Path, command: str) -> None:
+def test_a_format_given_that_finds_no_records_is_an_error(tmp_path: Path, command: str, fmt: str) -> None:
     """`--format megatron` on an HF Trainer log: no records in that format, exit 2. DeepSpeed's
     progress lines became the records (`lr` only), the format "deepspeed", and the critical NaN
-    of the log went unsaid with exit 0 (found by QA)."""
+    of the log went unsaid with exit 0 (found by QA). The same for an auxiliary parser other than
+    DeepSpeed's named as the format (`errors` writes events only)."""
     log = EXAMPLES / "hf-trainer-nan.log"
     lines = len(log.read_text().splitlines())
     if command == "check":
-        p = no_traceback(run_cli("check", "--output", "json", "--format", "megatron", str(log)))
+        p = no_traceback(run_cli("check", "--output", "json", "--format", fmt, str(log)))
         f = json.loads(p.stdout)["files"][0]
         assert (f["records"], f["format"], p.returncode) == (0, None, 2)
         error = f["error"]
     else:
-        p = no_traceback(run_cli("export", "--format", "megatron", str(log), "--out", str(tmp_path / "r.csv")))
+        p = no_traceback(run_cli("export", "--format", fmt, str(log), "--out", str(tmp_path / "r.csv")))
         assert p.returncode == 2
         error = p.stderr.removeprefix("error: ").strip()
     given = "given with --format; without it every known format is tried"
-    assert error == f"{log}: has {lines} lines but no training records in format megatron ({given})"
+    assert error == f"{log}: has {lines} lines but no training records in format {fmt} ({given})"
     assert run_cli("check", "--format", "hf_trainer", str(log)).returncode == 1  # its critical NaN
 
 

@@ -86,12 +86,11 @@ def build_parsers(settings: Settings, fmt: str | None, path: str = "") -> list[P
 
 
 def new_stream(settings: Settings, fmt: str | None, path: str = "") -> LogStream:
-    """A stream of the file's parsers (`build_parsers`). Where `--format` names a trainer, the
-    auxiliary parsers' records (DeepSpeed's progress lines) are never the file's: a log of
-    another trainer is one without records, not a healthy DeepSpeed log."""
+    """A stream of the file's parsers (`build_parsers`). Where `--format` names a parser, only
+    its records are the file's: a log of another trainer is one without records, not a healthy
+    DeepSpeed log (the auxiliary parsers' records stand in only where no format is named)."""
     parsers = build_parsers(settings, fmt, path)
-    trainer = fmt is not None and not any(p.auxiliary and p.name == fmt for p in parsers)
-    return LogStream(parsers, path, aux_records=not trainer)
+    return LogStream(parsers, path, stand_ins=None if fmt is None else frozenset({fmt}))
 
 
 def build_detectors(settings: Settings, path: str) -> list[Detector]:

@@ -79,13 +79,14 @@ class LogStream:
 
     #: see __init__ (class defaults, so that streams pickled in older scan states have them)
     _aux_readers: list[tuple[Parser, Keywords | None]] = []
-    _aux_records = True
+    _stand_ins: frozenset[str] | None = None
 
-    def __init__(self, parsers: list[Parser], path: str = "", aux_records: bool = True) -> None:
-        """`aux_records`: whether auxiliary parsers' records are the file's where no main parser
-        found any (a DeepSpeed-only log); not where `--format` named a trainer."""
+    def __init__(self, parsers: list[Parser], path: str = "", stand_ins: frozenset[str] | None = None) -> None:
+        """`stand_ins`: the auxiliary parsers whose records are the file's where no main parser
+        found any (a DeepSpeed-only log); None: every one. None of them where `--format` named
+        a trainer, only the named one where it named an auxiliary parser."""
         self.path = path
-        self._aux_records = aux_records
+        self._stand_ins = stand_ins
         self.parsers = parsers
         self.out = ParseOutput()
         self.lines = 0
@@ -106,7 +107,7 @@ class LogStream:
     def format(self) -> str | None:
         """The parser that produced most records (main parsers before auxiliary ones)."""
         main = {p.name for p in self.parsers if not p.auxiliary}
-        counts = {n: c for n, c in self.out.counts.items() if self._aux_records or n in main}
+        counts = {n: c for n, c in self.out.counts.items() if n in main or n not in self._left_out()}
         if not counts:
             return None
         ranked = sorted(counts, key=lambda n: (n in main, counts[n]), reverse=True)
@@ -230,7 +231,11 @@ class LogStream:
             path=self.path,
             skip_counts=skips,
         )
-        return facts, self._aux if main_seen or not self._aux_records else frozenset()
+        return facts, self._aux if main_seen else self._left_out()
+
+    def _left_out(self) -> frozenset[str]:
+        """The auxiliary parsers whose records are never the file's while no main parser found any."""
+        return frozenset() if self._stand_ins is None else self._aux - self._stand_ins
 
     def _hold(self, partial: bytes) -> None:
         """Keep what is needed of a line whose newline has not come, to cut it as the whole line
