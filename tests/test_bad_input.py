@@ -665,6 +665,33 @@ def test_truncated_gzip_keeps_what_came_before_the_damage(zoo: Zoo) -> None:
     assert f"{zoo.path('cut.log.gz')}: damaged gzip data" in zoo.text.stdout
 
 
+def test_report_and_compare_draw_a_damaged_gzip_up_to_the_damage_and_fail(zoo: Zoo, tmp_path: Path) -> None:
+    """As `check` does: the page is written with what was read, and the command exits 2 with the
+    file's error (they exited 0, as if the whole log had been drawn)."""
+    cut, good = str(zoo.path("cut.log.gz")), str(zoo.path("good.log"))
+    report = no_traceback(run_cli("report", cut, "--out", str(tmp_path / "r.html")))
+    compare = no_traceback(run_cli("compare", good, cut, "--out", str(tmp_path / "c.html")))
+    for p, out in ((report, "r.html"), (compare, "c.html")):
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith(f"error: {cut}: damaged gzip data") and p.stderr.count("error:") == 1
+        assert f"wrote {tmp_path / out}" in p.stdout and (tmp_path / out).stat().st_size > 0
+    assert "loss" in compare.stdout  # the trend table is still printed
+
+
+def test_export_of_a_damaged_gzip_writes_what_came_before_the_damage(zoo: Zoo, tmp_path: Path) -> None:
+    """Export wrote nothing, while its message said the part before the damage was checked."""
+    out = tmp_path / "r.csv"
+    p = no_traceback(run_cli("export", str(zoo.path("cut.log.gz")), "--out", str(out)))
+    records = pd.read_csv(out)
+    assert p.returncode == 2 and len(records) == zoo.file("cut.log.gz")["records"] > 0
+    assert p.stderr.strip().endswith(f"what came before it was read (wrote its {len(records):,} records to {out})")
+
+
+def test_compare_refuses_standard_input(zoo: Zoo, tmp_path: Path) -> None:
+    p = no_traceback(run_cli("compare", "-", str(zoo.path("good.log")), "--out", str(tmp_path / "c.html")))
+    assert (p.returncode, p.stderr) == (2, "error: compare reads log files, not standard input: save the log first\n")
+
+
 def test_gzip_with_a_damaged_header_is_a_clear_error(zoo: Zoo) -> None:
     f = zoo.file("bad-header.log.gz")
     assert f["records"] == 0 and f["error"].startswith(f"{zoo.path('bad-header.log.gz')}: damaged gzip data")

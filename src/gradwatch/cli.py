@@ -11,17 +11,18 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from gradwatch import __version__
-from gradwatch.errors import ExitCode, GradwatchError
+from gradwatch.errors import ExitCode, GradwatchError, InputError
 from gradwatch.plugins import failures as plugin_failures
 
 if TYPE_CHECKING:
     from gradwatch.config import Settings
+    from gradwatch.plots.series import RunSeries
     from gradwatch.sinks.snapshot import SnapshotWriter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -600,7 +601,8 @@ def report(paths: tuple[str, ...], out_path: str, config_path: str | None, metri
     \b
     Exit codes:
       0  report written (alerts do not change it: gate CI with `check`)
-      2  usage error, missing/unreadable file, no known format, or .png without matplotlib
+      2  usage error, missing/unreadable file, no known format, or .png without matplotlib;
+         a file read only in part (a damaged gzip) is drawn up to the damage, then exit 2
 
     \b
     Examples:
@@ -618,6 +620,7 @@ def report(paths: tuple[str, ...], out_path: str, config_path: str | None, metri
     drawn = run_report(list(paths), out_path, cfg.load(config_path), _split(metrics))
     alerts = sum(len(run.alerts) for run, _ in drawn)
     click.echo(f"wrote {out_path}: {len(drawn)} log{'s' if len(drawn) != 1 else ''}, {alerts} alerts")
+    _fail_if_read_in_part(run for run, _ in drawn)
 
 
 @cli.command()
@@ -669,9 +672,22 @@ def compare(
     from gradwatch.commands.compare import run_compare, trend_table
     from gradwatch.commands.console import stdout_console
 
-    rows = run_compare(list(paths), out_path, cfg.load(config_path), _split(metrics), _split(labels), x_axis, window)
+    rows, runs = run_compare(
+        list(paths), out_path, cfg.load(config_path), _split(metrics), _split(labels), x_axis, window
+    )
     stdout_console().print(trend_table(rows, window))
     click.echo(f"wrote {out_path}")
+    _fail_if_read_in_part(runs)
+
+
+def _fail_if_read_in_part(runs: Iterable[RunSeries]) -> None:
+    """A log read only in part (a damaged gzip, a worker that failed) fails the command, as it
+    fails `check`: what was drawn is only what came before the damage."""
+    errors = [run.summary.error for run in runs if run.summary.error]
+    for error in errors[:-1]:
+        click.echo(f"error: {error}", err=True)
+    if errors:
+        raise InputError(errors[-1])
 
 
 def main() -> None:

@@ -28,11 +28,13 @@ def run_compare(
     labels: list[str] | None = None,
     x: str = "step",
     window: int = 1000,
-) -> list[TrendRow]:
-    """Read every run, write the overlay to `out_path`, return the trend table's rows."""
+) -> tuple[list[TrendRow], list[RunSeries]]:
+    """Read every run, write the overlay to `out_path`, return the trend table's rows and the runs."""
     kind = output_kind(out_path)
     if len(paths) < 2:
         raise UsageError("compare needs at least two logs")
+    if "-" in paths:
+        raise UsageError("compare reads log files, not standard input: save the log first")
     labels = labels or _default_labels(paths)
     if len(labels) != len(paths):
         raise UsageError(f"--labels has {len(labels)} names for {len(paths)} logs")
@@ -61,7 +63,7 @@ def run_compare(
         from gradwatch.plots.png import render_png
 
         render_png([figure.Section(_heading(runs, labels), panels)], Path(out_path))
-    return rows
+    return rows, runs
 
 
 def _default_labels(paths: list[str]) -> list[str]:

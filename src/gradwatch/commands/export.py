@@ -23,14 +23,18 @@ def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) ->
         raise UsageError(f"--out {out_path}: unknown type {suffix or '(none)'}; use {', '.join(SUFFIXES)}")
     stream = new_stream(settings, fmt, path)
     frames: list[pd.DataFrame] = []
-    for chunk in read_chunks(Path(path)):
-        stream.feed(chunk)
-        frames.append(stream.take().records)
+    cut_short: InputError | None = None  # a damaged gzip: what came before it is still written
+    try:
+        for chunk in read_chunks(Path(path)):
+            stream.feed(chunk)
+            frames.append(stream.take().records)
+    except InputError as e:
+        cut_short = e
     stream.close()
     frames.append(stream.take().records)
     records = pd.concat(frames, ignore_index=True)
     if records.empty:
-        raise InputError(no_format_message(Path(path), stream.lines, fmt))
+        raise cut_short or InputError(no_format_message(Path(path), stream.lines, fmt))
     records["step"] = records["step"].astype("Int64").mask(records["step"] < 0)
     try:
         if suffix == ".csv":
@@ -41,4 +45,6 @@ def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) ->
             records.to_parquet(out_path, index=False)
     except OSError as e:
         raise UsageError(f"cannot write {out_path}: {e.strerror or e}") from None
+    if cut_short is not None:
+        raise InputError(f"{cut_short} (wrote its {len(records):,} records to {out_path})")
     return len(records)

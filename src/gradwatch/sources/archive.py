@@ -75,7 +75,7 @@ def _chunks(stream: object, size: int, path: Path, first: int) -> Iterator[bytes
         except (EOFError, zlib.error, gzip.BadGzipFile) as e:
             if buf:
                 yield bytes(buf)
-            raise InputError(f"{path}: damaged gzip data ({e}); the part before it was checked") from None
+            raise InputError(f"{path}: damaged gzip data ({e}); what came before it was read") from None
         if not data:
             if buf:
                 yield bytes(buf)
