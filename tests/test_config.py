@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import yaml
 from gradwatch import config
 from gradwatch.detectors import DETECTORS
 from gradwatch.errors import ConfigError
-from tests.conftest import REPO, run_cli
+from tests.conftest import EXAMPLES, REPO, run_cli
 
 
 def test_default_yaml_matches_every_detector_config_default() -> None:
@@ -138,3 +140,38 @@ def test_cli_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert p.returncode == 2
     assert "Traceback" not in p.stderr
     assert p.stderr.strip().startswith("error: ") and "detectors.loss_spike.z_alert" in p.stderr
+
+
+_EVERY_INT_AT_ITS_LARGEST = """
+import dataclasses, sys
+from pathlib import Path
+import yaml
+from gradwatch import config
+from gradwatch.detectors import DETECTORS
+from gradwatch.pipeline import check_path
+
+tmp = Path(sys.argv[1])
+for det_id, cls in DETECTORS.items():
+    for f in dataclasses.fields(cls.Config):
+        if f.type in ("int", "int | None"):
+            tmp.write_text(yaml.safe_dump({"detectors": {det_id: {f.name: 2**62}}}))
+            settings = config.load(tmp)
+            print(det_id, f.name, flush=True)
+            for log in sys.argv[2:]:
+                check_path(Path(log), settings)
+"""
+
+
+def test_every_integer_setting_at_its_largest_finishes(tmp_path: Path) -> None:
+    """Each built-in integer key at 2**62, the largest accepted, one at a time: the checks end.
+    A `rising_blocks` of 1e18 made logit_norm_drift loop that many times per batch (review)."""
+    logs = [str(EXAMPLES / name) for name in ("olmo-zloss-drift.log", "megatron-ds-fp16-resume-collapse.log")]
+    p = subprocess.run(
+        [sys.executable, "-c", _EVERY_INT_AT_ITS_LARGEST, str(tmp_path / "c.yaml"), *logs],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    tried = p.stdout.splitlines()
+    assert p.returncode == 0, f"{tried[-1:]}: {p.stderr}"
+    assert "logit_norm_drift rising_blocks" in tried and len(tried) >= 20, tried

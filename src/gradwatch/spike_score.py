@@ -117,6 +117,9 @@ def _window_sums(
     from there to its end (`on_from`).
     """
     n = len(joined)
+    # a window longer than the run so far holds all of it, as does one of the run's length plus
+    # one: blocks that long (a window of 2**62 is a valid setting) would not fit in memory
+    window = min(window, first + n + 1)
     offset = first % window  # the place of joined[0] among the blocks
     at = slice(offset + begin, offset + n)
     # of those, the ones with a full window before them: from the run's value number `window` on

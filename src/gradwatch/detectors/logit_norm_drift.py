@@ -110,9 +110,10 @@ class LogitNormDrift(Detector):
         r = cfg.rising_blocks
         hist = np.concatenate([b.recent, meds])
         j = np.arange(len(b.recent), len(hist))  # index of each new block in hist
-        rising = (j >= r) & (hist[j] > hist[np.maximum(j - r, 0)])
-        for i in range(r):
-            rising &= hist[np.maximum(j - i, 0)] >= hist[np.maximum(j - i - 1, 0)]  # (j < r: masked above)
+        fell = np.concatenate([[False], hist[1:] < hist[:-1]])
+        last_fall = np.maximum.accumulate(np.where(fell, np.arange(len(hist)), -1))
+        back = np.maximum(j - r, 0)  # (j < r: masked)
+        rising = (j >= r) & (hist[j] > hist[back]) & (last_fall[j] <= back)
         count = b.closed + np.arange(1, n + 1)
         growth = cfg.growth if metric == "logit_norm" else cfg.z_loss_growth
         loss_ok = np.isnan(loss_meds) | np.isnan(loss_then) | (loss_meds <= loss_then * (1 + cfg.loss_tolerance))
