@@ -704,6 +704,21 @@ def test_garbled_numbers_do_not_crash(zoo: Zoo, name: str) -> None:
     assert f["records"] >= 25 and (f["first_step"], f["last_step"]) == (10, 250)
 
 
+@pytest.mark.parametrize(
+    "config", ["", "detectors: {loss_collapse: {fraction: 1.0e+308}, loss_spike: {min_rel_delta: 1.0e+308}}"]
+)
+def test_values_and_settings_near_the_largest_float_print_no_numpy_warnings(tmp_path: Path, config: str) -> None:
+    """A garbled `1.7E+308` loss or grad norm, or a ratio of 1e308, is inf in the detectors'
+    arithmetic: numpy's "overflow encountered" warnings went to the user's terminal."""
+    values = [(s, 1.7e308 if s % 770 == 0 else loss, 1.7e308 if s % 500 == 0 else g) for s, loss, g in run_values(300)]
+    log = tmp_path / "huge.log"
+    log.write_text("".join(megatron_line(*v) + "\n" for v in values))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(config)
+    p = no_traceback(run_cli("check", "--config", str(cfg), str(log)))
+    assert p.returncode in (0, 1) and p.stderr == "", p.stderr
+
+
 def test_step_beyond_int64_in_a_big_file_does_not_crash(tmp_path: Path) -> None:
     """Past the first chunk, record lines of a known shape are read in bulk: garbage steps too."""
     lines = megatron_log(34_000, interval=1).splitlines(keepends=True)

@@ -104,6 +104,13 @@ def build_detectors(settings: Settings, path: str) -> list[Detector]:
     return built
 
 
+def _ieee_arithmetic() -> np.errstate:
+    """Detectors compare with values or settings near the largest float (a garbled `1.7E+308`,
+    a ratio of 1e308): inf and NaN then compare as IEEE says, and numpy's warnings about them
+    would only clutter the user's terminal."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
 class FileCheck:
     """Parsers and detectors for one file, fed incrementally.
 
@@ -144,8 +151,9 @@ class FileCheck:
     def close(self) -> list[Alert]:
         self.stream.close()
         alerts = self._run(self._taken())
-        for det in self.detectors:
-            alerts += det.finish()
+        with _ieee_arithmetic():
+            for det in self.detectors:
+                alerts += det.finish()
         self.summary.format = self.stream.format
         self.summary.lines = self.stream.lines
         return alerts
@@ -163,8 +171,9 @@ class FileCheck:
         if self.on_batch is not None:
             self.on_batch(batch)
         alerts: list[Alert] = []
-        for det in self.detectors:
-            alerts += det.update(batch)
+        with _ieee_arithmetic():
+            for det in self.detectors:
+                alerts += det.update(batch)
         return alerts
 
     def _summarise(self, batch: ColumnBatch) -> None:
