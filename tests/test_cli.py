@@ -17,7 +17,7 @@ import pytest
 
 from gradwatch import __version__
 from gradwatch.cli import cli
-from tests.conftest import gradwatch_cmd, run_cli
+from tests.conftest import REPO, gradwatch_cmd, run_cli
 from tests.test_bad_input import check, check_report, megatron_line, megatron_log, no_traceback, printed, run_values
 
 ALERT_KEYS = {
@@ -225,6 +225,25 @@ def test_check_into_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert err == ""
     assert rc in (0, 1)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+@pytest.mark.parametrize(
+    "args",
+    [["config", "show"], ["formats"], ["check", "--output", "json", "{log}"], ["check", "{log}"], ["--help"]],
+)
+def test_output_to_a_full_disk_is_one_line_and_exit_2(args: list[str]) -> None:
+    """`gradwatch config show > /dev/full`: every command printed a traceback (found by QA)."""
+    log = str(REPO / "examples" / "logs" / "hf-trainer-nan.log")
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(
+            [*gradwatch_cmd(), *(a.format(log=log) for a in args)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert (p.returncode, p.stderr) == (2, "error: standard output: No space left on device\n")
 
 
 # ---- export ------------------------------------------------------------------------------------

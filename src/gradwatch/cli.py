@@ -85,14 +85,23 @@ class _Group(_Command, click.Group):
             sys.exit(int(ExitCode.USAGE))
         except BrokenPipeError:
             # output piped into `head` that closed early: not a crash (pytest does the same)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            _drop_stdout()
             sys.exit(1)
+        except OSError as e:  # stdout on a full disk (those of files read or written have their messages)
+            _drop_stdout()
+            click.echo(f"error: {e.filename or 'standard output'}: {e.strerror or e}", err=True)
+            sys.exit(int(ExitCode.USAGE))
         except KeyboardInterrupt:
             sys.exit(130)
         if plugin_failures.any_failed():
             sys.exit(int(ExitCode.USAGE))
         return result
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the exit's flush of what it still holds fails no more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _report_output_option(help_text: str) -> Callable[[F], F]:
