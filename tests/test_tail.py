@@ -47,6 +47,7 @@ from gradwatch.sinks.live import LiveView
 from tests.conftest import gradwatch_cmd
 from tests.tail_writer import megatron_line, write_lines
 from tests.test_plugins import RAISES_IN_UPDATE
+from tests.test_trainer_error import ECC, ranks
 
 WRITER = Path(__file__).with_name("tail_writer.py")
 MODES = [pytest.param([], id="inotify"), pytest.param(["--poll", "0.2"], id="poll")]
@@ -629,3 +630,18 @@ def test_metrics_port_without_prometheus_client_says_how_to_install_it(tmp_path:
     )
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr == "error: --metrics-port needs prometheus_client: pip install 'gradwatch[prometheus]'\n"
+
+
+def test_tail_alerts_on_a_crash_as_it_is_written(tmp_path: Path, tails: Any) -> None:
+    """A crashed job's records just stop, and `stall` takes the error as the run's end: without
+    this alert a live tail said nothing at all."""
+    log = tmp_path / "main_log.txt"
+    write_lines(str(log), 1000, 60)
+    t = tails(str(log), "--exit-on", "critical")
+    t.started()
+    with log.open("a") as f:
+        f.write("\n".join(ranks(ECC, 4)) + "\n")
+    alert = t.wait_for(lambda o: o["type"] == "alert", what="the crash's alert")
+    assert (alert["detector"], alert["step"], alert["line"]) == ("trainer_error", 1059, 60 + 13)
+    assert t.summary()["reason"] == "--exit-on critical"
+    assert t.proc.wait(timeout=10) == 1

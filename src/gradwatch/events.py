@@ -39,6 +39,12 @@ class Event:
     ts: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def reports_nan(self) -> bool:
+        """A trainer error about NaN (Megatron's rerun checks, "found NaN in local grad norm"):
+        `nonfinite`'s to report; `trainer_error` takes the other errors."""
+        return self.kind is EventKind.ERROR and "nan" in self.data.get("text", "").lower()
+
 
 @dataclass(frozen=True)
 class SkipCounts:

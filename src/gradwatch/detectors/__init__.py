@@ -20,6 +20,7 @@ from gradwatch.detectors.resume_regression import ResumeRegression
 from gradwatch.detectors.skipped_steps import SkippedSteps
 from gradwatch.detectors.stall import Stall
 from gradwatch.detectors.throughput_drop import ThroughputDrop
+from gradwatch.detectors.trainer_error import TrainerError
 from gradwatch.plugins import registry
 
 __all__ = ["DETECTORS", "Detector", "DetectorConfig", "register"]
@@ -65,6 +66,7 @@ def _problem(cls: object) -> str | None:
 
 for _cls in (
     Nonfinite,
+    TrainerError,
     GradNormSpike,
     LossSpike,
     LossDivergence,

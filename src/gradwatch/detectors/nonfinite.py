@@ -13,7 +13,6 @@ import numpy as np
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import BuiltInConfig, Detector, Incident, columns
-from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
@@ -43,7 +42,7 @@ class Nonfinite(Detector):
         rec = columns(batch)
         alerts: list[Alert] = []
         for ev in batch.events:
-            if ev.kind is EventKind.ERROR and "nan" in ev.data.get("text", "").lower():
+            if ev.reports_nan:
                 alerts.append(
                     self.alert(
                         Severity.CRITICAL,

@@ -1,0 +1,97 @@
+"""trainer_error: a crash in the log is one critical alert, at the exception every rank printed first."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REAL, run_cli
+from tests.test_bad_input import megatron_line, no_traceback, run_values
+
+ECC = [
+    "Traceback (most recent call last):",
+    '  File "/gpfswork/Megatron-DeepSpeed/pretrain_gpt.py", line 222, in <module>',
+    "    pretrain(train_valid_test_datasets_provider, model_provider, forward_step)",
+    "RuntimeError: transform: failed to synchronize: cudaErrorECCUncorrectable: uncorrectable ECC error encountered",
+]
+
+
+def ranks(lines: list[str], ranks: int) -> list[str]:
+    """The same lines printed by several ranks, interleaved as torchrun's prefixes show them."""
+    return [f"[rank{r}]: {line}" for line in lines for r in range(ranks)]
+
+
+def _check(tmp_path: Path, lines: list[str]) -> list[tuple[str, str, int | None, int | None, str]]:
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(lines) + "\n")
+    p = no_traceback(run_cli("check", "--output", "json", str(log)))
+    return [
+        (a["detector"], a["severity"], a["step"], a["line"], a["message"])
+        for a in json.loads(p.stdout)["alerts"]
+        if a["detector"] in ("trainer_error", "nonfinite")
+    ]
+
+
+def _records(first: int, count: int) -> list[str]:
+    return [megatron_line(first + s - 10, loss, g) for s, loss, g in run_values(count)]
+
+
+def test_the_tracebacks_of_every_rank_are_one_alert_at_the_first_exception(tmp_path: Path) -> None:
+    lines = _records(10, 50) + ranks(ECC, 8)
+    found = _check(tmp_path, lines)
+    message = f"trainer error at step 500: {ECC[-1]}"
+    assert found == [("trainer_error", "critical", 500, 50 + 4 * 8 - 7, message)], found
+
+
+def test_a_crash_after_a_resume_is_a_new_incident(tmp_path: Path) -> None:
+    """Errors up to the next training record are one crash; the resumed run's crash is another."""
+    cuda = "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"
+    timeout = "[rank0]:[E ProcessGroupNCCL.cpp:1316] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)"
+    lines = [*_records(10, 30), *ECC, cuda, *_records(300, 20), timeout, timeout]
+    found = _check(tmp_path, lines)
+    assert [(d, s, step, line) for d, s, step, line, _ in found] == [
+        ("trainer_error", "critical", 300, 34),
+        ("trainer_error", "critical", 490, 56),
+    ], found
+    assert found[1][4] == f"trainer error at step 490: {timeout.removeprefix('[rank0]:')}"
+
+
+def test_an_error_before_the_first_step_says_so(tmp_path: Path) -> None:
+    lines = ["using world size: 8", *ECC[:-1], "ModuleNotFoundError: No module named 'apex'", *_records(10, 5)]
+    found = _check(tmp_path, lines)
+    message = "trainer error before the first step: ModuleNotFoundError: No module named 'apex'"
+    assert [(d, step, line, m) for d, _, step, line, m in found] == [("trainer_error", None, 5, message)]
+
+
+def test_nan_errors_are_nonfinite_s_alone(tmp_path: Path) -> None:
+    nan = (
+        "RuntimeError: Rank 0, device 0, iteration 500: Unexpected result nan (message='found NaN in local grad norm')"
+    )
+    found = _check(tmp_path, [*_records(10, 50), nan])
+    assert [(d, step) for d, _, step, _, _ in found] == [("nonfinite", 500)], found
+
+
+def test_the_detector_can_be_turned_off(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("\n".join(_records(10, 50) + ECC) + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text("detectors:\n  trainer_error:\n    enabled: false\n")
+    p = no_traceback(run_cli("check", "--config", str(config), "--output", "json", str(log)))
+    assert p.returncode == 0 and json.loads(p.stdout)["alerts"] == []
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason=f"real logs not found at {REAL} (kept outside the repository)")
+@pytest.mark.parametrize(
+    ("name", "step", "line", "exception"),
+    [
+        ("bigscience-tr1-13b-ecc-crash-43680.log", 43680, 20, "RuntimeError: transform: failed to synchronize"),
+        ("alcf-readme-fp16-ckpt-save-crash-iter200.log", 200, 27, "AttributeError: 'GPTModel' object"),
+    ],
+)
+def test_real_crashes_are_reported(name: str, step: int, line: int, exception: str) -> None:
+    p = no_traceback(run_cli("check", "--output", "json", str(REAL / "megatron-deepspeed" / name)))
+    [alert] = [a for a in json.loads(p.stdout)["alerts"] if a["severity"] != "info"]
+    assert (alert["detector"], alert["step"], alert["line"], p.returncode) == ("trainer_error", step, line, 1)
+    assert alert["message"].startswith(f"trainer error at step {step}: {exception}")
