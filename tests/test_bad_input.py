@@ -515,19 +515,44 @@ def test_a_resume_on_the_line_of_its_first_record_is_judged_at_that_record(tmp_p
     assert ("resume_regression", 1010, 101) in found, found
 
 
-def test_a_resume_after_a_record_on_its_line_is_judged_at_the_step_going_back(tmp_path: Path) -> None:
-    """A record before the load on one `\r`-joined line was taken as the first one after the
-    resume, so the probe judged a healthy pre-resume loss and the resume went unsaid (review)."""
-    lines = [megatron_line(s, loss, g) for s, loss, g in run_values(100)]
-    before = megatron_line(1010, 2.0, 1.0)
-    lines.append(f"{before}\r loading checkpoint from /ckpt at iteration 1000")
-    lines.append(megatron_line(1001, 10.9, 12.0))
+@pytest.mark.parametrize(("before", "resumed"), [(1010, 1001), (1000, 1010)])
+def test_a_record_before_the_load_on_its_line_is_not_the_first_after_the_resume(
+    tmp_path: Path, before: int, resumed: int
+) -> None:
+    """A record `\r`-joined before the load on its line: past the checkpoint's step (the run went
+    on, died, and resumes below it) or at it (the usual case). Either way it came before the
+    resume: taken as the first record after it, it hid the loss back at init level (review)."""
+    lines = [megatron_line(s, loss, g) for s, loss, g in run_values(99)]
+    lines.append(f"{megatron_line(before, 3.0, 1.5)}\r loading checkpoint from /ckpt at iteration 1000")
+    lines.append(megatron_line(resumed, 10.9, 12.0))
     lines += [megatron_line(s, loss, g) for s, loss, g in run_values(120)[101:]]
     log = tmp_path / "resumed.log"
     log.write_text("\n".join(lines) + "\n")
     p = no_traceback(run_cli("check", "--output", "json", str(log), timeout=30))
     found = [(a["detector"], a["step"], a["line"], a["severity"]) for a in json.loads(p.stdout)["alerts"]]
-    assert ("resume_regression", 1001, 102, "critical") in found, found
+    assert ("resume_regression", resumed, 101, "critical") in found, found
+
+
+@pytest.mark.parametrize("probe", [3, 6])
+def test_a_restart_within_the_probe_of_a_resume_is_judged_too(tmp_path: Path, probe: int) -> None:
+    """A run that resumes, logs two steps and restarts again: the second restart is a resume of
+    its own (it was taken as the third record after the first); and a crash loop at init level
+    is one alert, not one per restart."""
+    lines = [megatron_line(s, loss, g) for s, loss, g in run_values(100)]
+    lines.append(" loading checkpoint from /ckpt at iteration 1000")
+    lines += [megatron_line(1010, 3.0, 1.5), megatron_line(1020, 3.0, 1.5)]
+    lines += [megatron_line(s, 10.9, 12.0) for s in (1010, 1020, 1010, 1020, 1030, 1040, 1050, 1060)]
+    log = tmp_path / "restarts.log"
+    log.write_text("\n".join(lines) + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"detectors: {{resume_regression: {{probe: {probe}}}}}\n")
+    p = no_traceback(run_cli("check", "--config", str(config), "--output", "json", str(log), timeout=30))
+    found = [
+        (a["step"], a["line"], a["severity"], a["message"].rsplit("(", 1)[-1])
+        for a in json.loads(p.stdout)["alerts"]
+        if a["detector"] == "resume_regression"
+    ]
+    assert found == [(1010, 104, "critical", "the step went back from 1020 to 1010)")], found
 
 
 @pytest.mark.parametrize("name", ["cut-in-grad-norm.log", "cut-in-loss-value.log", "cut-after-step.log"])
@@ -740,11 +765,12 @@ def test_loss_of_zero_then_a_real_loss_does_not_crash(zoo: Zoo) -> None:
 
 def test_markup_and_escapes_in_the_log_do_not_reach_the_terminal(zoo: Zoo) -> None:
     """Trainer errors are untrusted text: rich markup stays literal, escapes and bells are removed."""
-    [alert] = zoo.alerts("hostile.log")
-    assert alert["detector"] == "nonfinite" and alert["severity"] == "critical"
+    found = [(a["detector"], a["severity"], a["step"]) for a in zoo.alerts("hostile.log")]
+    assert found == [("trainer_error", "critical", 500), ("nonfinite", "critical", 510)], found
     for control in ("\x1b", "\x07", "\x9b"):
         assert control not in zoo.text.stdout
     assert "[bold red]x[/] loss is nan" in zoo.text.stdout  # shown literally, not interpreted as markup
+    assert "trainer error at step 500: RuntimeError: [bold red]boom " in zoo.text.stdout  # its escape removed
     assert "pwned" not in zoo.text.stdout
 
 

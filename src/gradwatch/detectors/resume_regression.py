@@ -51,6 +51,8 @@ class ResumeRegressionConfig(BuiltInConfig):
 @dataclass
 class _Probe:
     reason: str
+    load_line: int | None = None  # the checkpoint load's line, and the step it resumes from
+    load_step: int | None = None
     step: int | None = None
     line: int | None = None
     losses: list[float] = field(default_factory=list)
@@ -73,6 +75,7 @@ class ResumeRegression(Detector):
         self._pre_grad: deque[float] = deque(maxlen=self.config.pre_window)
         self._last_step: int | None = None
         self._probe: _Probe | None = None
+        self._failing = False  # the last resume judged failed
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = columns(batch)
@@ -92,9 +95,7 @@ class ResumeRegression(Detector):
         t = 0
         while pos < n or e < len(events):
             if self._probe is not None and pos < n and (e >= len(events) or lines[pos] < events[e].line):
-                alert = self._record(int(steps[pos]), int(lines[pos]), float(loss[pos]), float(grad[pos]))
-                if alert is not None:
-                    alerts.append(alert)
+                alerts += self._record(int(steps[pos]), int(lines[pos]), float(loss[pos]), float(grad[pos]))
                 pos += 1
                 continue
             while t < len(triggers) and triggers[t] < pos:
@@ -108,9 +109,7 @@ class ResumeRegression(Detector):
                 self._event(events[e])
                 e += 1
             elif pos < n:
-                alert = self._record(int(steps[pos]), int(lines[pos]), float(loss[pos]), float(grad[pos]))
-                if alert is not None:
-                    alerts.append(alert)
+                alerts += self._record(int(steps[pos]), int(lines[pos]), float(loss[pos]), float(grad[pos]))
                 pos += 1
         return alerts
 
@@ -128,29 +127,36 @@ class ResumeRegression(Detector):
             if self.config.vocab_size is None:
                 self._vocab = int(ev.data["size"])
         elif self._probe is None or self._probe.rows:
-            self._probe = _Probe("a checkpoint was loaded")
+            resumed_from = ev.data.get("iteration")
+            self._probe = _Probe(
+                "a checkpoint was loaded", ev.line, resumed_from if isinstance(resumed_from, int) else None
+            )
 
-    def _record(self, step: int, line: int, loss: float, grad: float) -> Alert | None:
+    def _record(self, step: int, line: int, loss: float, grad: float) -> list[Alert]:
         cfg = self.config
         last, self._last_step = self._last_step, step
+        alerts: list[Alert] = []
+        went_back = last is not None and step <= last
+        if self._probe is not None and self._before_load(self._probe, step, line, last):
+            # a record `\r`-joined to the load's line that came before it: still the level before
+            self._pre_loss.extend(self._probe.losses)
+            self._pre_grad.extend(self._probe.grads)
+            self._probe = _Probe(self._probe.reason, self._probe.load_line, self._probe.load_step)
+            if line == self._probe.load_line:
+                self._record_before(loss, grad)
+                return alerts
+        elif self._probe is not None and self._probe.rows and went_back:
+            alerts += self._close_probe(self._probe)  # a restart within the probe: judge what came before it
         if self._probe is None:
             if last is None and step > cfg.resume_min_step:
                 self._probe = _Probe(f"the log starts at step {step}")
-            elif last is not None and step <= last:
+            elif last is not None and went_back:
                 went = f"{step} was logged again" if step == last else f"went back from {last} to {step}"
                 self._probe = _Probe(f"the step {went}")
-        elif last is not None and step <= last and self._probe.rows:
-            # the rows taken so far came before the resume (a record `\r`-joined before the load)
-            self._pre_loss.extend(self._probe.losses)
-            self._pre_grad.extend(self._probe.grads)
-            self._probe = _Probe(self._probe.reason)
         probe = self._probe
         if probe is None:
-            if loss == loss:
-                self._pre_loss.append(loss)
-            if grad == grad and grad > 0:
-                self._pre_grad.append(grad)
-            return None
+            self._record_before(loss, grad)
+            return alerts
         if probe.step is None:
             probe.step, probe.line = step, line
         probe.rows += 1
@@ -158,15 +164,39 @@ class ResumeRegression(Detector):
             probe.losses.append(loss)
         if grad == grad and grad > 0:
             probe.grads.append(grad)
-        if probe.rows < cfg.probe:
-            return None
+        if probe.rows >= cfg.probe:
+            alerts += self._close_probe(probe)
+        return alerts
+
+    def _close_probe(self, probe: _Probe) -> list[Alert]:
+        """Judge the records after a resume; they are then the level the next resume is held to.
+        A failed resume restarted again and failing again (a crash loop) is the same incident."""
         self._probe = None
         alert = self._judge(probe)
+        again, self._failing = self._failing, alert is not None
+        if again:
+            alert = None
         self._pre_loss.clear()
         self._pre_grad.clear()
         self._pre_loss.extend(probe.losses)
         self._pre_grad.extend(probe.grads)
-        return alert
+        return [] if alert is None else [alert]
+
+    @staticmethod
+    def _before_load(probe: _Probe, step: int, line: int, last: int | None) -> bool:
+        """Whether a record on the load's line, or the probe's one row taken from it, came before
+        the load: its step is at or before the checkpoint's, or the next record goes back below it.
+        (The pieces of a `\r`-joined line share its number; their order within it is not kept.)"""
+        if line == probe.load_line and probe.rows == 0:
+            return probe.load_step is not None and step <= probe.load_step
+        return probe.rows == 1 and probe.line == probe.load_line and last is not None and step <= last
+
+    def _record_before(self, loss: float, grad: float) -> None:
+        """A record with nothing to judge: it moves the level before a resume."""
+        if loss == loss:
+            self._pre_loss.append(loss)
+        if grad == grad and grad > 0:
+            self._pre_grad.append(grad)
 
     def _judge(self, p: _Probe) -> Alert | None:
         cfg = self.config
