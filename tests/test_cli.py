@@ -5,6 +5,7 @@ Every test runs the real CLI in a subprocess on files written into pytest's tmp_
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -196,6 +197,29 @@ def test_text_report_shows_format_steps_values_alerts_and_files_without_metrics(
     last = out.rstrip().splitlines()[-1]
     assert last.startswith("2 files checked: 0 critical, 1 warning")
     assert "1 file unreadable or without metrics" in last and last.endswith("(exit 2)")
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 120])
+def test_text_report_fits_a_narrow_terminal_without_cutting_names_values_or_locations(width: int) -> None:
+    """At 40 columns the last values read `grad…` and `2.1…`, sparklines were cut before the spike,
+    and at 80 (a CI log) each alert's `file:line` was folded inside a 39-column table cell."""
+    log = "examples/logs/megatron-ds-fp16-resume-collapse.log"
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": str(width)}
+    run = [*gradwatch_cmd(), "check", log]
+    text = subprocess.run(run, cwd=REPO, env=env, capture_output=True, text=True, timeout=60).stdout
+    report = json.loads(subprocess.run([*run, "--output", "json"], cwd=REPO, capture_output=True, text=True).stdout)
+    lines = [line.rstrip() for line in text.splitlines()]
+    assert "…" not in text and max(len(line) for line in lines) <= width
+    words = " ".join(line.strip() for line in lines)
+    for name in ("loss", "grad_norm", "loss_scale", "lr", "step_time_s", "tflops"):
+        assert f" {name} " in f" {words} "
+    for alert in report["alerts"]:
+        assert alert["message"] in words and f"hint: {alert['hint']}" in words
+        if width >= 60:  # wide enough for the path: never folded
+            assert f"      {log}:{alert['line']}" in lines
+    sparklines = [line.split()[1] for line in lines if line.strip().startswith("loss ") and "▁" in line]
+    [loss_line] = sparklines  # as many cells as fit, 20 or more; all 40 where there is room
+    assert "█" in loss_line and (len(loss_line) == 40 if width >= 100 else 20 <= len(loss_line) <= 40), loss_line
 
 
 def test_check_into_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:

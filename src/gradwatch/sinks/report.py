@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -16,7 +16,7 @@ from gradwatch.errors import ExitCode
 from gradwatch.pipeline import FileSummary
 from gradwatch.plugins import failures as plugin_failures
 from gradwatch.sinks.safe import safe_text
-from gradwatch.sinks.sparkline import sparkline
+from gradwatch.sinks.sparkline import WIDTH, sparkline
 
 SEVERITY_STYLE = {Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.CRITICAL: "bold red"}
 #: The metrics shown as "last values", in this order, when the log has them.
@@ -103,46 +103,20 @@ class Report:
         head = Text()
         head.append(safe_text(f.path), style="bold")
         if f.records == 0:
-            head.append("\n  ")
-            head.append(safe_text(f.error or "no training metrics found"), style="red")
-            return Group(head, Text(""))
+            return Group(head, _indent(Text(safe_text(f.error or "no training metrics found"), style="red")), Text(""))
         steps = f"steps {f.first_step:,}-{f.last_step:,}" if f.first_step is not None else "no steps"
         head.append(f"  {f.format}  {f.records:,} records  {steps}", style="dim")
-        if f.error:
-            head.append("\n  ")
-            head.append(safe_text(f.error), style="red")
         body: list[RenderableType] = [head]
-        values = Table.grid(padding=(0, 2))
+        if f.error:
+            body.append(_indent(Text(safe_text(f.error), style="red")))
         names = [m for m in SHOWN if m in f.last_values]
         if names:
-            for _ in names:
-                values.add_column(justify="right")
-            values.add_row(*[Text(n, style="dim") for n in names])
-            values.add_row(*[_fmt(f.last_values[n]) for n in names])
-            body.append(Text("  last values", style="dim"))
-            body.append(_indent(values))
-            body.append(Text(f"  shape over {steps} (worst value per cell)", style="dim"))
-            body.append(_indent(_shapes(f, names)))
+            body.append(_indent(Text("last values", style="dim")))
+            body.append(_indent(_last_values(f, names)))
+            body.append(_indent(Text(f"shape over {steps} (worst value per cell)", style="dim")))
+            body.append(_indent(_Shapes(f, names)))
         if alerts:
-            table = Table(box=None, show_header=True, header_style="dim", padding=(0, 1), pad_edge=False)
-            table.add_column("severity")
-            table.add_column("step", justify="right")
-            table.add_column("detector")
-            table.add_column("what", overflow="fold")
-            for a in alerts:
-                what = Text(safe_text(a.message))
-                where = f"{a.path}:{a.line}" if a.line is not None else (a.path or "")
-                what.append(f"\n{safe_text(where)}", style="dim")
-                if a.snapshot is not None:
-                    what.append(f"\nsnapshot: {safe_text(a.snapshot)}", style="dim")
-                what.append(f"\nhint: {safe_text(a.hint)}", style="italic dim")
-                table.add_row(
-                    Text(str(a.severity), style=SEVERITY_STYLE[a.severity]),
-                    "" if a.step is None else f"{a.step:,}",
-                    a.detector,
-                    what,
-                )
-            body.append(_indent(table))
+            body.append(_indent(_alert_list(alerts)))
         else:
             body.append(Text("  no alerts", style="green"))
         body.append(Text(""))
@@ -170,20 +144,81 @@ class Report:
         return t
 
 
-def _shapes(f: FileSummary, names: list[str]) -> Table:
-    """Per metric: its sparkline and its range, every sparkline over the same steps (a resume included)."""
-    spans = [r for b in f.shapes.values() if (r := b.x_range()) is not None]
-    steps = (min(r[0] for r in spans), max(r[1] for r in spans)) if spans else (0.0, 0.0)
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="dim")
-    grid.add_column()
-    grid.add_column(style="dim")
+def _last_values(f: FileSummary, names: list[str]) -> RenderableType:
+    """Each name over its value, right-aligned, in as many rows as the terminal's width needs
+    (one table row cut the names and values of a narrow terminal to `grad…` and `2.1…`)."""
+    from rich.columns import Columns
+
+    cells = []
     for name in names:
-        buckets = f.shapes.get(name)
-        if buckets is not None and len(buckets):
-            whole = buckets.envelope(1)
-            grid.add_row(name, sparkline(buckets, name, steps), f"{_fmt(whole.lo[0])} .. {_fmt(whole.hi[0])}")
-    return grid
+        value = _fmt(f.last_values[name])
+        cell = Text(justify="right")
+        cell.append(name, style="dim")
+        cell.append(f"\n{value}")
+        cells.append(cell)
+    return Columns(cells, padding=(0, 2))
+
+
+def _alert_list(alerts: list[Alert]) -> RenderableType:
+    """One heading line per alert (severity, step, detector; aligned), its text indented below at
+    the terminal's full width: a table's last column left 40 of 80 columns to the text and folded
+    the `file:line` that people copy."""
+    step_width = max(len(f"{a.step:,}") if a.step is not None else 0 for a in alerts)
+    parts: list[RenderableType] = []
+    for a in alerts:
+        heading = Text()
+        heading.append(f"{a.severity!s:<8}", style=SEVERITY_STYLE[a.severity])
+        heading.append(f"  {'' if a.step is None else f'{a.step:,}':>{step_width}}  ")
+        heading.append(a.detector, style="bold")
+        what = Text(safe_text(a.message), overflow="fold")
+        where = f"{a.path}:{a.line}" if a.line is not None else (a.path or "")
+        what.append(f"\n{safe_text(where)}", style="dim")
+        if a.snapshot is not None:
+            what.append(f"\nsnapshot: {safe_text(a.snapshot)}", style="dim")
+        what.append(f"\nhint: {safe_text(a.hint)}", style="italic dim")
+        parts += [heading, _indent(what, 4)]
+    return Group(*parts)
+
+
+@dataclass
+class _Shapes:
+    """Per metric: its sparkline and its range, every sparkline over the same steps (a resume
+    included), as wide as the terminal leaves room for (up to `sparkline.WIDTH` cells): cut short,
+    a sparkline loses the steps where the spike is. Where even 20 cells leave no room for the
+    range, the range goes on its own line."""
+
+    file: FileSummary
+    names: list[str]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        spans = [r for b in self.file.shapes.values() if (r := b.x_range()) is not None]
+        steps = (min(r[0] for r in spans), max(r[1] for r in spans)) if spans else (0.0, 0.0)
+        rows = []
+        for name in self.names:
+            buckets = self.file.shapes.get(name)
+            if buckets is not None and len(buckets):
+                whole = buckets.envelope(1)
+                rows.append((name, buckets, f"{_fmt(whole.lo[0])} .. {_fmt(whole.hi[0])}"))
+        if not rows:
+            return
+        name_width = max(len(name) for name, _, _ in rows)
+        room = options.max_width - name_width - 2
+        range_width = max(len(span) for _, _, span in rows)
+        stacked = room - range_width - 2 < 20
+        cells = max(min(WIDTH, room if stacked else room - range_width - 2), 1)
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="dim")
+        grid.add_column()
+        if not stacked:
+            grid.add_column(style="dim")
+        for name, buckets, span in rows:
+            line = sparkline(buckets, name, steps, cells)
+            if stacked:
+                grid.add_row(name, line)
+                grid.add_row("", Text(span, style="dim"))
+            else:
+                grid.add_row(name, line, span)
+        yield grid
 
 
 def _fmt(v: float) -> str:
@@ -194,10 +229,10 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
-def _indent(renderable: RenderableType) -> RenderableType:
+def _indent(renderable: RenderableType, by: int = 2) -> RenderableType:
     from rich.padding import Padding
 
-    return Padding(renderable, (0, 0, 0, 2))
+    return Padding(renderable, (0, 0, 0, by))
 
 
 def render_text(report: Report, console: Console) -> None:
