@@ -744,6 +744,22 @@ def test_values_and_settings_near_the_largest_float_print_no_numpy_warnings(tmp_
     assert p.returncode in (0, 1) and p.stderr == "", p.stderr
 
 
+@pytest.mark.parametrize("out", ["report.html", "report.png", "compare.html", "compare.png"])
+def test_values_near_the_largest_float_are_drawn(tmp_path: Path, out: str) -> None:
+    """Axis ticks over a span near the largest float overflowed (`nice_ticks`), and matplotlib's
+    transforms with them: a traceback from `report` and `compare` (review)."""
+    pytest.importorskip("matplotlib")
+    values = [(s, 1.7e308 if s % 770 == 0 else loss, 1.7e308 if s % 500 == 0 else g) for s, loss, g in run_values(300)]
+    log = tmp_path / "huge.log"
+    log.write_text("".join(megatron_line(*v) + "\n" for v in values))
+    other = tmp_path / "other.log"
+    other.write_text(megatron_log(300))
+    command = out.split(".")[0]
+    logs = [str(log)] if command == "report" else [str(log), str(other)]
+    p = no_traceback(run_cli(command, *logs, "--out", str(tmp_path / out)))
+    assert p.returncode == 0 and p.stderr == "" and (tmp_path / out).stat().st_size > 1000, p.stderr
+
+
 def test_step_beyond_int64_in_a_big_file_does_not_crash(tmp_path: Path) -> None:
     """Past the first chunk, record lines of a known shape are read in bulk: garbage steps too."""
     lines = megatron_log(34_000, interval=1).splitlines(keepends=True)

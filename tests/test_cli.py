@@ -267,7 +267,7 @@ def test_output_to_a_full_disk_is_one_line_and_exit_2(args: list[str]) -> None:
             text=True,
             timeout=60,
         )
-    assert (p.returncode, p.stderr) == (2, "error: standard output: No space left on device\n")
+    assert (p.returncode, p.stderr) == (2, "error: cannot write the output: No space left on device\n")
 
 
 # ---- export ------------------------------------------------------------------------------------

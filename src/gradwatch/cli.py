@@ -6,6 +6,7 @@ Heavy modules (pandas, numpy, rich tables) are imported inside the commands so t
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib.util
 import inspect
@@ -87,15 +88,23 @@ class _Group(_Command, click.Group):
             # output piped into `head` that closed early: not a crash (pytest does the same)
             _drop_stdout()
             sys.exit(1)
-        except OSError as e:  # stdout on a full disk (those of files read or written have their messages)
-            _drop_stdout()
-            click.echo(f"error: {e.filename or 'standard output'}: {e.strerror or e}", err=True)
+        except OSError as e:  # stdout on a full disk; files read or written have messages of their own
+            if e.filename is None and e.errno in _OUTPUT_FULL:
+                _drop_stdout()  # or the exit's flush of what it still holds fails again, with a traceback
+                where = "cannot write the output: "
+            else:
+                where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"error: {where}{e.strerror or e}", err=True)
             sys.exit(int(ExitCode.USAGE))
         except KeyboardInterrupt:
             sys.exit(130)
         if plugin_failures.any_failed():
             sys.exit(int(ExitCode.USAGE))
         return result
+
+
+#: errors of a write with no file named: the output's (stdout's) disk or quota is full
+_OUTPUT_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _drop_stdout() -> None:
@@ -574,7 +583,7 @@ def export(path: str, out_path: str, config_path: str | None, fmt: str | None) -
     from gradwatch.commands.export import run_export
 
     n = run_export(path, out_path, cfg.load(config_path), fmt)
-    click.echo(f"wrote {n:,} records to {out_path}")
+    click.echo(f"wrote {n:,} record{'s' if n != 1 else ''} to {out_path}")
 
 
 OUT_OPTION = click.option(

@@ -46,5 +46,6 @@ def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) ->
     except OSError as e:
         raise UsageError(f"cannot write {out_path}: {e.strerror or e}") from None
     if cut_short is not None:
-        raise InputError(f"{cut_short} (wrote its {len(records):,} records to {out_path})")
+        n = len(records)
+        raise InputError(f"{cut_short} (wrote its {n:,} record{'s' if n != 1 else ''} to {out_path})")
     return len(records)

@@ -39,10 +39,12 @@ def padded_range(values: np.ndarray, scale: Scale) -> tuple[float, float]:
 
 def nice_ticks(lo: float, hi: float, target: int = 5) -> list[float]:
     """Round values (1, 2 or 5 times a power of ten) inside [lo, hi]."""
-    if not hi > lo:
+    raw = hi / target - lo / target  # (not (hi - lo) / target: that overflows near the largest float)
+    if not (hi > lo and math.isfinite(raw)):
         return [lo]
-    raw = (hi - lo) / target
-    mag = 10 ** math.floor(math.log10(raw))
+    mag = 10.0 ** math.floor(math.log10(raw))
+    if mag == 0:  # a span among the smallest subnormal floats
+        return [lo]
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
     first = math.ceil(lo / step)
     return [i * step for i in range(first, math.floor(hi / step) + 1)]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gradwatch.errors import UsageError
 from gradwatch.plots.axes import short
 from gradwatch.plots.figure import OVERFLOW_COLOR, PALETTE, SEVERITY_COLOR, PanelData, Section
@@ -38,7 +40,17 @@ def require_matplotlib() -> None:
         raise UsageError("PNG output needs matplotlib: pip install 'gradwatch[plot]' (or write .html)") from None
 
 
+#: matplotlib's transforms overflow on an axis spanning values near the largest float (a garbled
+#: `1.7E+308`): such values are drawn at this height, as the top of the axis
+_DRAWABLE = 1e300
+
+
 def render_png(sections: list[Section], out: Path) -> None:
+    with np.errstate(over="ignore", invalid="ignore"):  # its log-scale ticks past such values: inf
+        _render(sections, out)
+
+
+def _render(sections: list[Section], out: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -65,7 +77,8 @@ def _draw(ax: Any, p: PanelData) -> None:
 
     for line in p.lines:
         color = PALETTE[line.color % len(PALETTE)]
-        ax.plot(line.xs, line.ys, color=color, lw=0.9, ls="--" if line.dashed else "-", label=line.label)
+        ys = np.clip(line.ys, -_DRAWABLE, _DRAWABLE)
+        ax.plot(line.xs, ys, color=color, lw=0.9, ls="--" if line.dashed else "-", label=line.label)
     if p.scale is not Scale.LINEAR:
         ax.set_yscale("log", base=2 if p.scale is Scale.LOG2 else 10)
     top = ax.get_xaxis_transform()  # x in data, y in axes fractions
@@ -77,7 +90,7 @@ def _draw(ax: Any, p: PanelData) -> None:
         if m.y is None:
             ax.plot([m.x], [0.97], marker="v", color=color, ms=7, transform=top)
         else:
-            ax.plot([m.x], [m.y], marker="v", color=color, ms=7)
+            ax.plot([m.x], [np.clip(m.y, -_DRAWABLE, _DRAWABLE)], marker="v", color=color, ms=7)
     x0, x1 = p.x_range
     ax.set_xlim(x0, x1 if x1 > x0 else x0 + 1)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: short(v)))
