@@ -645,3 +645,29 @@ def test_tail_alerts_on_a_crash_as_it_is_written(tmp_path: Path, tails: Any) -> 
     assert (alert["detector"], alert["step"], alert["line"]) == ("trainer_error", 1059, 60 + 13)
     assert t.summary()["reason"] == "--exit-on critical"
     assert t.proc.wait(timeout=10) == 1
+
+
+def test_on_alert_still_pages_when_the_output_is_gone(tmp_path: Path) -> None:
+    """The alert was printed before its command was started: with its reader gone (or a full
+    disk) the print failed and nobody was paged (review)."""
+    log, hook, out = tmp_path / "main_log.txt", tmp_path / "hook.py", tmp_path / "calls.jsonl"
+    hook.write_text(HOOK)
+    write_lines(str(log), 1000, 60)
+    tail = subprocess.Popen(
+        [*gradwatch_cmd(), "tail", str(log), "--output", "jsonl", "--on-alert", f"{sys.executable} {hook} {out}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert tail.stdout is not None
+        while json.loads(tail.stdout.readline())["type"] != "status":  # history read, following
+            pass
+        tail.stdout.close()  # nobody reads its output any more
+        with log.open("a") as f:
+            f.write("\n".join(ranks(ECC, 2)) + "\n")
+        wait_until(out.exists, timeout=20)
+        tail.wait(timeout=30)
+    finally:
+        tail.kill()
+    assert json.loads(out.read_text())["stdin"]["detector"] == "trainer_error"

@@ -433,7 +433,7 @@ def tail(
     Exit codes:
       0  no alert at or above --exit-on (warning if not given)
       1  alerts at or above it (with --exit-on: at the first one)
-      2  usage error or invalid config
+      2  usage error, invalid config, a plugin that failed, or output that cannot be written
 
     \b
     Examples:

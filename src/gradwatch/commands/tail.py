@@ -323,11 +323,11 @@ class _Tail:
         for alert in alerts:
             self.alerts.append(alert)
             self.counts[str(alert.severity)] += 1
-            self.sink.alert(alert)
             if self.commands is not None and self.following and alert.severity >= self.on_alert_level:
-                assert self.argv is not None
+                assert self.argv is not None  # paged first: a screen that fails (a full disk) must not stop it
                 future = self.commands.submit(run_command, self.argv, alert, self.opts.on_alert_timeout)
                 self.pending.append((alert, future))
+            self.sink.alert(alert)
             if self.exit_level is not None and alert.severity >= self.exit_level and self.reason is None:
                 self.reason = f"--exit-on {self.exit_level}"
 
