@@ -95,3 +95,32 @@ def test_real_crashes_are_reported(name: str, step: int, line: int, exception: s
     [alert] = [a for a in json.loads(p.stdout)["alerts"] if a["severity"] != "info"]
     assert (alert["detector"], alert["step"], alert["line"], p.returncode) == ("trainer_error", step, line, 1)
     assert alert["message"].startswith(f"trainer error at step {step}: {exception}")
+
+
+IGNORED = [
+    "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f2b1c0e8ca0>",
+    "Traceback (most recent call last):",
+    '  File "/opt/conda/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1478, in __del__',
+    "    self._shutdown_workers()",
+    "AssertionError: can only test a child process",
+]
+
+
+def test_an_exception_python_ignored_is_no_error(tmp_path: Path) -> None:
+    """`Exception ignored in: ...` and its traceback, as a DataLoader prints at shutdown: not a crash."""
+    assert _check(tmp_path, [*_records(10, 50), *ranks(IGNORED, 4)]) == []
+
+
+def test_an_ignored_exception_without_a_traceback_does_not_hide_the_next_crash(tmp_path: Path) -> None:
+    lines = [*_records(10, 30), IGNORED[0], "TypeError: 'NoneType' object is not callable", *_records(310, 20), *ECC]
+    found = _check(tmp_path, lines)
+    assert [(d, step, line) for d, _, step, line, _ in found] == [("trainer_error", 500, 56)], found
+
+
+def test_an_error_after_the_trainer_finished_is_a_warning(tmp_path: Path) -> None:
+    """Training is done; the save or upload after it may not be."""
+    upload = "huggingface_hub.errors.HfHubHTTPError: 503 Server Error: Service Unavailable for url"
+    lines = [*_records(10, 50), "[after training is done] datetime: 2024-03-02 08:00:00", *ECC[:-1], upload]
+    found = _check(tmp_path, lines)
+    message = f"error after the trainer said it finished: {upload}"
+    assert [(d, s, step, m) for d, s, step, _, m in found] == [("trainer_error", "warning", 500, message)], found
