@@ -26,7 +26,9 @@ from tests.conftest import EXAMPLES, gradwatch_cmd, run_cli
 
 FORMATS_TRIED = ("megatron", "olmo", "hf_trainer", "torchtitan")
 #: Trainer errors that try to drive the terminal (escapes, a bell) and rich (markup).
-HOSTILE_TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: [bold red]boom\x1b[2J\n'
+HOSTILE_TRACEBACK = (
+    'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: [bold red]boom\u202e\x1b[2J\n'
+)
 HOSTILE_NAN_ERROR = (
     'Traceback (most recent call last):\n  File "train.py", line 9, in step\n'
     "RuntimeError: [bold red]x[/] loss is nan \x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m\n"
@@ -779,11 +781,25 @@ def test_loss_of_zero_then_a_real_loss_does_not_crash(zoo: Zoo) -> None:
     assert "loss_spike" in {a["detector"] for a in zoo.alerts("hf-zero-loss.log", "warning")}
 
 
+def test_a_crash_before_the_first_record_is_shown_with_its_file(tmp_path: Path) -> None:
+    """The job died at start-up: the file has no records (exit 2), and the text report showed
+    only that, while the JSON had the critical alert (found by QA)."""
+    log = tmp_path / "startup.log"
+    log.write_text('Traceback (most recent call last):\n  File "train.py", line 3\nImportError: no apex\n')
+    p = no_traceback(run_cli("check", str(log)))
+    assert p.returncode == 2 and "trainer error before the first step: ImportError: no apex" in p.stdout
+    assert "1 critical" in p.stdout.splitlines()[-1]
+
+
 def test_markup_and_escapes_in_the_log_do_not_reach_the_terminal(zoo: Zoo) -> None:
     """Trainer errors are untrusted text: rich markup stays literal, escapes and bells are removed."""
     found = [(a["detector"], a["severity"], a["step"]) for a in zoo.alerts("hostile.log")]
-    assert found == [("trainer_error", "critical", 500), ("nonfinite", "critical", 510)], found
-    for control in ("\x1b", "\x07", "\x9b"):
+    assert found == [
+        ("trainer_error", "critical", 500),
+        ("trainer_error", "info", 510),
+        ("nonfinite", "critical", 510),
+    ], found
+    for control in ("\x1b", "\x07", "\x9b", "\u202e"):
         assert control not in zoo.text.stdout
     assert "[bold red]x[/] loss is nan" in zoo.text.stdout  # shown literally, not interpreted as markup
     assert "trainer error at step 500: RuntimeError: [bold red]boom " in zoo.text.stdout  # its escape removed

@@ -65,3 +65,20 @@ def test_alerts_do_not_depend_on_batch_boundaries(fmt: str, kind: str) -> None:
     whole = _alerts(data, None)
     assert any(a[0] == kind for a in whole) or kind in ("stall",), whole
     assert _alerts(data, _chunks(len(data), seed=5)) == whole
+
+
+def test_trainer_error_does_not_depend_on_batch_boundaries() -> None:
+    """A crash of four ranks, a requeue, an end message and an error long after it (found by QA:
+    an end and an error in different batches made a warning a critical)."""
+    from tests.test_bad_input import megatron_line, run_values
+    from tests.test_trainer_error import ECC, OOM, ranks
+
+    records = [megatron_line(s, loss, g) for s, loss, g in run_values(120)]
+    lines = [*records[:40], *ranks(ECC, 4), " loading checkpoint from /ckpt at iteration 400", *records[40:80]]
+    lines += [*OOM, *records[80:], "[after training is done] datetime: 2024-03-02 08:00:00"]
+    lines += [f"saving shard {i}" for i in range(3000)] + [*OOM, *records[-3:]]
+    data = ("\n".join(lines) + "\n").encode()
+    whole = [a for a in _alerts(data, None) if a[0] == "trainer_error"]
+    assert sorted(a[1] for a in whole) == ["critical", "critical", "info", "info", "warning"], whole
+    for seed in (1, 2, 3):
+        assert [a for a in _alerts(data, _chunks(len(data), seed)) if a[0] == "trainer_error"] == whole

@@ -53,16 +53,21 @@ def test_a_crash_after_a_resume_is_a_new_incident(tmp_path: Path) -> None:
     found = _check(tmp_path, lines)
     assert [(d, s, step, line) for d, s, step, line, _ in found] == [
         ("trainer_error", "critical", 300, 34),
+        ("trainer_error", "info", 310, 37),
         ("trainer_error", "critical", 490, 56),
     ], found
-    assert found[1][4] == f"trainer error at step 490: {timeout.removeprefix('[rank0]:')}"
+    assert found[1][4] == "training went on after the error, at step 310"
+    assert found[2][4] == f"trainer error at step 490: {timeout.removeprefix('[rank0]:')}"
 
 
 def test_an_error_before_the_first_step_says_so(tmp_path: Path) -> None:
     lines = ["using world size: 8", *ECC[:-1], "ModuleNotFoundError: No module named 'apex'", *_records(10, 5)]
     found = _check(tmp_path, lines)
     message = "trainer error before the first step: ModuleNotFoundError: No module named 'apex'"
-    assert [(d, step, line, m) for d, _, step, line, m in found] == [("trainer_error", None, 5, message)]
+    assert [(d, step, line, m) for d, _, step, line, m in found] == [
+        ("trainer_error", None, 5, message),
+        ("trainer_error", 10, 6, "training went on after the error, at step 10"),
+    ]
 
 
 def test_nan_errors_are_nonfinite_s_alone(tmp_path: Path) -> None:
@@ -124,3 +129,72 @@ def test_an_error_after_the_trainer_finished_is_a_warning(tmp_path: Path) -> Non
     found = _check(tmp_path, lines)
     message = f"error after the trainer said it finished: {upload}"
     assert [(d, s, step, m) for d, s, step, _, m in found] == [("trainer_error", "warning", 500, message)], found
+
+
+OOM = [*ECC[:-1], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]  # no marker in it
+
+
+def _srun(lines: list[str], label: str) -> list[str]:
+    """srun --label: `0: ` before each line, the line's own indentation after it."""
+    return [f"{label}: {line}" for line in lines]
+
+
+@pytest.mark.parametrize(
+    "crash",
+    [
+        pytest.param(_srun(OOM, "0"), id="srun-label"),
+        pytest.param(_srun(OOM, " 3"), id="srun-padded-label"),  # ten tasks or more
+        pytest.param(
+            [OOM[0].join(["  45%|████▌     | 450/1000 [10:00<12:00,  1.3s/it]", ""]), *OOM[1:]], id="after-bar"
+        ),
+        pytest.param([*ECC[:-1], "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised"], id="dotted"),
+        pytest.param([*ECC[:-1], "ray.exceptions.RayTaskError(RuntimeError): ray::train()"], id="ray"),
+        pytest.param([*ECC[:-1], "StopIteration"], id="bare-name"),
+        pytest.param(
+            [*ECC[:-1], "FileNotFoundError: [Errno 2] No such file: '/data/nanogpt/train.bin'"], id="nan-word"
+        ),
+    ],
+)
+def test_tracebacks_as_launchers_and_libraries_print_them(tmp_path: Path, crash: list[str]) -> None:
+    """Found by QA: srun's label ate the frames' indentation (or, padded, was not stripped), a
+    bar before `Traceback` hid it, exception names not ending in Error were not one, and a path
+    with `nanogpt` in it was taken for a NaN report."""
+    found = _check(tmp_path, [*_records(10, 50), *crash])
+    exception = crash[-1].split(": ", 1)[-1] if crash[-1].startswith(("0: ", " 3: ")) else crash[-1]
+    assert [(d, s, step, m) for d, s, step, _, m in found] == [
+        ("trainer_error", "critical", 500, f"trainer error at step 500: {exception}")
+    ], found
+
+
+def test_the_log_ending_inside_a_traceback_is_a_crash(tmp_path: Path) -> None:
+    """The process was killed while printing it: no exception line, but a crash all the same."""
+    found = _check(tmp_path, [*_records(10, 50), *ECC[:-1]])
+    message = f"trainer error at step 500: a traceback cut short after {ECC[1].strip()}"
+    assert [(d, s, step, line, m) for d, s, step, line, m in found] == [
+        ("trainer_error", "critical", 500, 53, message)
+    ], found
+
+
+def test_ctrl_c_and_a_launchers_sigterm_are_no_crash(tmp_path: Path) -> None:
+    interrupted = [*ECC[:-1], "KeyboardInterrupt"]
+    sigterm = "[2022-10-31 10:55:14,192] [INFO] [launch.py:295:sigkill_handler] Main process received SIGTERM, exiting"
+    assert _check(tmp_path, [*_records(10, 50), *ranks(interrupted, 4), sigterm]) == []
+
+
+def test_a_requeued_job_failing_again_before_its_first_record_is_a_crash_of_its_own(tmp_path: Path) -> None:
+    missing = "FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/iter_0000500/mp_rank_00'"
+    lines = [*_records(10, 50), *ECC, " loading checkpoint from /ckpt at iteration 500", *ECC[:-1], missing]
+    found = _check(tmp_path, lines)
+    assert [(s, step, line) for _, s, step, line, _ in found] == [("critical", 500, 54), ("critical", 500, 59)], found
+
+
+def test_an_error_long_after_the_end_is_a_warning_however_the_log_is_read(tmp_path: Path) -> None:
+    """The end message and the error in different batches: the records after the error made it a
+    critical (found by QA: `--jobs 1` and `--jobs 2` disagreed, and so did `tail`)."""
+    filler = [f"[2024-03-02 08:00:00] INFO saving shard {i} of the final checkpoint" for i in range(120_000)]
+    disk_full = "OSError: [Errno 28] No space left on device"
+    lines = [*_records(10, 50), "[after training is done] datetime: 2024-03-02 08:00:00", *filler, *ECC[:-1], disk_full]
+    found = _check(tmp_path, [*lines, *_records(510, 4)])
+    assert [(s, m) for _, s, _, _, m in found][:1] == [
+        ("warning", f"error after the trainer said it finished: {disk_full}")
+    ], found

@@ -10,6 +10,7 @@ and looked at one by one. They travel as columns (`SkipCounts`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -31,6 +32,10 @@ class EventKind(str, Enum):
     PARSE_WARNING = "parse_warning"  #: something in the input that we could not read fully
 
 
+#: NaN as a word (not `nanogpt`, `nanotron`): "Unexpected result nan", "found NaN in local grad norm"
+_NAN = re.compile(r"(?<![^\W_])nan(?![^\W_])", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Event:
     kind: EventKind
@@ -43,7 +48,7 @@ class Event:
     def reports_nan(self) -> bool:
         """A trainer error about NaN (Megatron's rerun checks, "found NaN in local grad norm"):
         `nonfinite`'s to report; `trainer_error` takes the other errors."""
-        return self.kind is EventKind.ERROR and "nan" in self.data.get("text", "").lower()
+        return self.kind is EventKind.ERROR and _NAN.search(self.data.get("text", "")) is not None
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ timeout (the `errors` parser's `error` events).
 A crash is the costliest failure a log shows and the quietest one: the records just stop, and
 `stall` takes the error as the run's end, not a hang (BigScience tr1-13B iteration 43680: an
 uncorrectable ECC error). Every rank prints its own traceback, so the errors up to the next
-training record are one incident and one alert. An error after the trainer said it finished
+training record are one incident and one alert; an info alert says when training went on after
+it (an error caught, or the job requeued). An error after the trainer said it finished
 (`Training completed`, `[exiting program ...]`) is a warning: the training is done, but what came
 after it (saving, an upload) may not be. NaN reports are `nonfinite`'s.
 """
@@ -25,6 +26,8 @@ _HINT = (
     "and exclude it; for NCCL or collective timeouts look at the other ranks' logs for the first to "
     "fail; for a Python error fix the code or config; then resume from the last checkpoint"
 )
+
+_RESTARTS = (EventKind.CHECKPOINT_LOAD, EventKind.START_FROM_RANDOM)
 
 _HINT_AFTER_END = (
     "training had finished: check that the final checkpoint or model was saved whole (and uploaded, "
@@ -49,24 +52,43 @@ class TrainerError(Detector):
         self._ended_at: int | None = None  # the line where the trainer said it finished
 
     def update(self, batch: Batch) -> list[Alert]:
-        record_lines = np.sort(columns(batch)["line"])
-        if self._ended_at is not None and len(record_lines) and record_lines[0] > self._ended_at:
-            self._ended_at = None  # training went on after the end (a requeued job in the same log)
+        rec = columns(batch)
+        lines, steps = rec["line"], rec["step"]
         alerts: list[Alert] = []
         for ev in batch.events:
+            if self._open_since is not None and _records_between(lines, self._open_since, ev.line):
+                alerts.append(self._went_on(lines, steps))
+            if self._ended_at is not None and _records_between(lines, self._ended_at, ev.line):
+                self._ended_at = None  # training went on after the end (a requeued job in the same log)
             if ev.kind is EventKind.RUN_END:
                 self._ended_at = ev.line
-            if ev.kind is not EventKind.ERROR or ev.reports_nan:
-                continue
-            if self._ended_at is not None and _records_between(record_lines, self._ended_at, ev.line):
-                self._ended_at = None
-            if self._open_since is not None and not _records_between(record_lines, self._open_since, ev.line):
-                continue  # another rank's copy, or the next error of the same crash
-            self._open_since = ev.line
-            alerts.append(self._alert(ev))
-        if self._open_since is not None and len(record_lines) and record_lines[-1] > self._open_since:
-            self._open_since = None  # training went on: the next error is a new incident
+            elif ev.kind in _RESTARTS:
+                self._open_since = None  # a requeued job starting: its error is a crash of its own
+            elif ev.kind is EventKind.ERROR and not ev.reports_nan and self._open_since is None:
+                self._open_since = ev.line  # (else another rank's copy, or the next error of the same crash)
+                alerts.append(self._alert(ev))
+        if self._open_since is not None and len(lines) and lines[-1] > self._open_since:
+            alerts.append(self._went_on(lines, steps))
+        if self._ended_at is not None and len(lines) and lines[-1] > self._ended_at:
+            self._ended_at = None
         return alerts
+
+    def _went_on(self, lines: np.ndarray, steps: np.ndarray) -> Alert:
+        """The incident is over: a training record came after the error (a caught one, or a requeue)."""
+        assert self._open_since is not None
+        at, self._open_since = int(np.searchsorted(lines, self._open_since, side="right")), None
+        step = int(steps[at])
+        return self.alert(
+            Severity.INFO,
+            step,
+            int(lines[at]),
+            None,
+            None,
+            None,
+            None,
+            f"training went on after the error, at step {step}",
+            "the error was caught or the job restarted: check that the run is where it should be",
+        )
 
     def _alert(self, ev: Event) -> Alert:
         text = ev.data.get("text", "")
@@ -80,6 +102,6 @@ class TrainerError(Detector):
         )
 
 
-def _records_between(record_lines: np.ndarray, after: int, before: int) -> bool:
-    """Whether a training record lies between two lines of this batch's file."""
-    return bool(np.searchsorted(record_lines, before) > np.searchsorted(record_lines, after, side="right"))
+def _records_between(lines: np.ndarray, after: int, before: int) -> bool:
+    """Whether a training record of the batch (`lines`, in file order) lies between two lines."""
+    return bool(np.searchsorted(lines, before) > np.searchsorted(lines, after, side="right"))

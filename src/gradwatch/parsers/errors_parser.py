@@ -4,6 +4,13 @@ A Python traceback is reported once, at its last line (the exception), which is 
 need; CUDA/NCCL errors and Megatron's NaN checks are reported as they appear. A traceback after
 `Exception ignored in: ...` is none: Python ignored it (a DataLoader's `__del__` at shutdown).
 Exit messages tell a stall detector that silence after them is a finished job, not a hung one.
+
+A traceback may follow a tqdm bar on its line, and its frames may have lost their indentation to
+a launcher's prefix (srun `--label` pads and eats it): a frame is an indented line, a `File "..."`
+line, the source line after it, or a line of `^~` markers. One that the log ends in (the process
+killed while printing it) is reported with its last frame; one that another line cuts short in
+the middle of the log is not: that is what ranks printing at once make of theirs, Ctrl-C's among
+them. `KeyboardInterrupt` and a launcher's SIGTERM are the run's end, not errors.
 """
 
 from __future__ import annotations
@@ -15,7 +22,12 @@ from gradwatch.parsers.base import ParseOutput, Parser
 
 _TRACEBACK = "Traceback (most recent call last)"
 _IGNORED = "Exception ignored in"
-_EXCEPTION = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt)|SystemExit)(?::\s|$)")
+#: an exception line: a class name (CamelCase), maybe dotted and with Ray's `(Cause)`, then `:` or
+#: the end: `RuntimeError: boom`, `torch._dynamo.exc.BackendCompilerFailed: ...`, `StopIteration`
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:\([\w.]+\))?(?::(?:\s|$)|$)")
+_CARETS = re.compile(r"^[\s^~]+$")
+#: srun `--label` pads its labels (` 3: `) once there are ten tasks or more; `clean` keeps them
+_PADDED_LABEL = re.compile(r"^ +\d{1,5}: ?")
 _MARKERS = (
     "Unexpected result nan",
     "found NaN in local",
@@ -31,6 +43,7 @@ _EXITS = (
     "Training completed",  # HF Trainer
     "Execution finished",  # ALCF ezpz launcher
     "Job finished",
+    "received SIGTERM, exiting",  # DeepSpeed's launcher, killed (a time limit, scancel)
 )
 
 
@@ -44,34 +57,40 @@ class ErrorParser(Parser):
     def __init__(self) -> None:
         self._in_traceback = False
         self._ignored = False  # the traceback under way is one Python ignored
+        self._last_frame = ""  # the traceback's latest `File "..."` line
+        self._source_next = False  # the next line is that frame's source line, its indentation eaten
+        self._line = 0  # the traceback's latest line
 
     @property
     def collecting(self) -> bool:
         return self._in_traceback or self._ignored  # (the line after `Exception ignored in` too)
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        if text[:1] == " " and (m := _PADDED_LABEL.match(text)):
+            text = text[m.end() :]
         if text.startswith(_IGNORED):
             self._ignored = True
             return True
-        if text.startswith(_TRACEBACK):
-            self._in_traceback = True
+        if _TRACEBACK in text:  # (after a tqdm bar on the same line, too)
+            self._in_traceback, self._last_frame, self._source_next, self._line = True, "", False, line
             return True
         if self._ignored and not self._in_traceback:
             self._ignored = False  # no traceback came with it: the next one is not ignored
         if self._in_traceback:
-            m = _EXCEPTION.match(text)
-            if m:
-                self._in_traceback = False
-                if not self._ignored:
-                    out.event(EventKind.ERROR, line, out.last_step, ts, text=text.strip()[:500])
-                self._ignored = False
+            if self._frame(text):
+                self._line = line
                 return True
-            if text.startswith((" ", "\t")):
-                return True  # a frame
+            self._in_traceback = False
+            ignored, self._ignored = self._ignored, False
+            if _EXCEPTION.match(text):
+                if not ignored:
+                    kind = EventKind.RUN_END if text.startswith("KeyboardInterrupt") else EventKind.ERROR
+                    out.event(kind, line, out.last_step, ts, text=text.strip()[:500])
+                return True
             # Neither a frame nor the exception: the traceback was cut short (the process was
-            # killed while printing it). It ends here, or it would take every indented line of
-            # the rest of the log, a restarted run's ` iteration` records among them.
-            self._in_traceback = self._ignored = False
+            # killed while printing it, or another rank's line came in between). It ends here,
+            # or it would take every indented line of the rest of the log, a restarted run's
+            # ` iteration` records among them.
         if any(marker in text for marker in _MARKERS):
             out.event(EventKind.ERROR, line, out.last_step, ts, text=text.strip()[:500])
             return True
@@ -79,3 +98,22 @@ class ErrorParser(Parser):
             out.event(EventKind.RUN_END, line, out.last_step, ts, text=text.strip()[:200])
             return True
         return False
+
+    def flush(self, out: ParseOutput) -> None:
+        """The log ends inside a traceback: the process died while printing it."""
+        if self._in_traceback and not self._ignored:
+            where = f" after {self._last_frame}" if self._last_frame else ""
+            out.event(EventKind.ERROR, self._line, out.last_step, None, text=f"a traceback cut short{where}"[:500])
+        self._in_traceback = self._ignored = False
+
+    def _frame(self, text: str) -> bool:
+        """Whether `text` is part of the traceback's frames (and note it)."""
+        if self._source_next:
+            self._source_next = False
+            return True
+        if text.lstrip().startswith('File "'):
+            # a source line follows, as indented as its frame: unindented only where a launcher's
+            # prefix ate both (else an unindented line after it is the exception: no source shown)
+            self._last_frame, self._source_next = text.strip(), text[:1] not in (" ", "\t")
+            return True
+        return text[:1] in (" ", "\t") or bool(_CARETS.match(text))

@@ -102,8 +102,9 @@ class Report:
     def _file_block(self, f: FileSummary, alerts: list[Alert]) -> RenderableType:
         head = Text()
         head.append(safe_text(f.path), style="bold")
-        if f.records == 0:
-            return Group(head, _indent(Text(safe_text(f.error or "no training metrics found"), style="red")), Text(""))
+        if f.records == 0:  # (a crash before the first record still has its alert)
+            error = _indent(Text(safe_text(f.error or "no training metrics found"), style="red"))
+            return Group(head, error, *([_indent(_alert_list(alerts))] if alerts else []), Text(""))
         steps = f"steps {f.first_step:,}-{f.last_step:,}" if f.first_step is not None else "no steps"
         head.append(f"  {f.format}  {f.records:,} records  {steps}", style="dim")
         body: list[RenderableType] = [head]
@@ -232,7 +233,7 @@ def _fmt(v: float) -> str:
 def _indent(renderable: RenderableType, by: int = 2) -> RenderableType:
     from rich.padding import Padding
 
-    return Padding(renderable, (0, 0, 0, by))
+    return Padding(renderable, (0, 0, 0, by), expand=False)  # (no spaces to the terminal's edge)
 
 
 def render_text(report: Report, console: Console) -> None:
