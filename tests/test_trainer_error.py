@@ -198,3 +198,26 @@ def test_an_error_long_after_the_end_is_a_warning_however_the_log_is_read(tmp_pa
     assert [(s, m) for _, s, _, _, m in found][:1] == [
         ("warning", f"error after the trainer said it finished: {disk_full}")
     ], found
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=123.0. Some of your processes may have been killed",
+        "[2024-03-02 08:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['python'] exits with return code = -9",
+        "E0302 08:00:00.000 torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: 1) local_rank: 0",
+    ],
+    ids=["oom-killer", "deepspeed-launcher", "torchrun"],
+)
+def test_a_job_killed_without_a_traceback_is_a_crash(tmp_path: Path, line: str) -> None:
+    """The kernel's OOM killer or a launcher seeing a rank die: no traceback, the job is dead (QA)."""
+    found = _check(tmp_path, [*_records(10, 50), line])
+    assert [(d, s, step, m) for d, s, step, _, m in found] == [
+        ("trainer_error", "critical", 500, f"trainer error at step 500: {line}")
+    ], found
+
+
+def test_an_error_after_slurms_time_limit_is_a_warning(tmp_path: Path) -> None:
+    limit = "slurmstepd: error: *** JOB 1999618 ON r6i4n5 CANCELLED AT 2021-05-27T21:52:36 DUE TO TIME LIMIT ***"
+    found = _check(tmp_path, [*_records(10, 50), limit, *OOM])
+    assert [(s, step) for _, s, step, _, _ in found] == [("warning", 500)], found

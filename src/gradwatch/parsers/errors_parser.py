@@ -36,6 +36,9 @@ _MARKERS = (
     "NCCL error",
     "cudaError",
     "Watchdog caught collective operation timeout",
+    "oom-kill event",  # slurmstepd: the kernel's OOM killer took a process of the job (no traceback)
+    "exits with return code =",  # DeepSpeed's launcher: a rank died (it logs a clean exit otherwise)
+    "failed (exitcode:",  # torchrun (torch.distributed.elastic): a worker died
 )
 _EXITS = (
     "exiting program",  # Megatron: `[exiting program after N minutes]`, `exiting program at iteration N`
@@ -44,6 +47,7 @@ _EXITS = (
     "Execution finished",  # ALCF ezpz launcher
     "Job finished",
     "received SIGTERM, exiting",  # DeepSpeed's launcher, killed (a time limit, scancel)
+    "DUE TO TIME LIMIT",  # slurmstepd: `*** JOB 123 ON nid01 CANCELLED AT ... DUE TO TIME LIMIT ***`
 )
 
 
