@@ -5,9 +5,9 @@ A crash is the costliest failure a log shows and the quietest one: the records j
 `stall` takes the error as the run's end, not a hang (BigScience tr1-13B iteration 43680: an
 uncorrectable ECC error). Every rank prints its own traceback, so the errors up to the next
 training record are one incident and one alert; an info alert says when training went on after
-it (an error caught, or the job requeued). An error after the trainer said it finished
-(`Training completed`, `[exiting program ...]`) is a warning: the training is done, but what came
-after it (saving, an upload) may not be. NaN reports are `nonfinite`'s.
+it (an error caught, or the job requeued). An error after the run ended (`Training completed`,
+`[exiting program ...]`, Ctrl-C, Slurm's time limit) is a warning: the training is over, but what
+came after it (saving, an upload) may not be. NaN reports are `nonfinite`'s.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ _HINT = (
 _RESTARTS = (EventKind.CHECKPOINT_LOAD, EventKind.START_FROM_RANDOM)
 
 _HINT_AFTER_END = (
-    "training had finished: check that the final checkpoint or model was saved whole (and uploaded, "
-    "where the job pushes it) before relying on it"
+    "the run had already ended (finished, stopped, or out of time): check that its last checkpoint "
+    "or model was saved whole (and uploaded, where the job pushes it) before relying on it"
 )
 
 
@@ -49,7 +49,7 @@ class TrainerError(Detector):
     def __init__(self, config: TrainerErrorConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
         self._open_since: int | None = None  # the line of the error that opened the incident
-        self._ended_at: int | None = None  # the line where the trainer said it finished
+        self._ended_at: int | None = None  # the line where the run ended (finished, stopped, out of time)
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = columns(batch)
@@ -94,7 +94,7 @@ class TrainerError(Detector):
         text = ev.data.get("text", "")
         short = text if len(text) <= 160 else text[:159] + "…"
         if self._ended_at is not None:
-            message = f"error after the trainer said it finished: {short}"
+            message = f"error after the run ended: {short}"
             return self.alert(Severity.WARNING, ev.step, ev.line, None, None, None, None, message, _HINT_AFTER_END)
         at = f"at step {ev.step}" if ev.step is not None and ev.step >= 0 else "before the first step"
         return self.alert(

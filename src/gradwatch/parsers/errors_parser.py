@@ -22,9 +22,15 @@ from gradwatch.parsers.base import ParseOutput, Parser
 
 _TRACEBACK = "Traceback (most recent call last)"
 _IGNORED = "Exception ignored in"
-#: an exception line: a class name (CamelCase), maybe dotted and with Ray's `(Cause)`, then `:` or
-#: the end: `RuntimeError: boom`, `torch._dynamo.exc.BackendCompilerFailed: ...`, `StopIteration`
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:\([\w.]+\))?(?::(?:\s|$)|$)")
+#: an exception line: a class named as exceptions are (or any class of a dotted module path), with
+#: Ray's `(Cause)`, then `:` or the end: `RuntimeError: boom`, `torch._dynamo.exc.BackendCompilerFailed:
+#: ...`, `StopIteration`; not `Warning: ...` or `Note: ...` from a line cutting a traceback short
+_EXCEPTION = re.compile(
+    r"^(?:(?:[A-Za-z_]\w*\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Iteration|Failed|Failure|Group|Timeout))"
+    r"(?:\([\w.]+\):\s|:(?:\s|$)|$)"
+)
+#: exceptions that end a run on purpose: Ctrl-C, and torchrun passing on a SIGTERM (scancel, a time limit)
+_STOPS = ("KeyboardInterrupt", "SignalException")
 _CARETS = re.compile(r"^[\s^~]+$")
 #: srun `--label` pads its labels (` 3: `) once there are ten tasks or more; `clean` keeps them
 _PADDED_LABEL = re.compile(r"^ +\d{1,5}: ?")
@@ -32,7 +38,7 @@ _MARKERS = (
     "Unexpected result nan",
     "found NaN in local",
     "Spiky loss",
-    "CUDA error",
+    "CUDA error:",
     "NCCL error",
     "cudaError",
     "Watchdog caught collective operation timeout",
@@ -40,6 +46,7 @@ _MARKERS = (
     "exits with return code =",  # DeepSpeed's launcher: a rank died (it logs a clean exit otherwise)
     "failed (exitcode:",  # torchrun (torch.distributed.elastic): a worker died
 )
+_CLEAN_EXIT = "exits with return code = 0"
 _EXITS = (
     "exiting program",  # Megatron: `[exiting program after N minutes]`, `exiting program at iteration N`
     "[after training is done]",  # Megatron
@@ -63,6 +70,7 @@ class ErrorParser(Parser):
         self._ignored = False  # the traceback under way is one Python ignored
         self._last_frame = ""  # the traceback's latest `File "..."` line
         self._source_next = False  # the next line is that frame's source line, its indentation eaten
+        self._frame_indent = 0  # how far that `File "` line is indented
         self._line = 0  # the traceback's latest line
 
     @property
@@ -88,14 +96,14 @@ class ErrorParser(Parser):
             ignored, self._ignored = self._ignored, False
             if _EXCEPTION.match(text):
                 if not ignored:
-                    kind = EventKind.RUN_END if text.startswith("KeyboardInterrupt") else EventKind.ERROR
+                    kind = EventKind.RUN_END if any(stop in text for stop in _STOPS) else EventKind.ERROR
                     out.event(kind, line, out.last_step, ts, text=text.strip()[:500])
                 return True
             # Neither a frame nor the exception: the traceback was cut short (the process was
             # killed while printing it, or another rank's line came in between). It ends here,
             # or it would take every indented line of the rest of the log, a restarted run's
             # ` iteration` records among them.
-        if any(marker in text for marker in _MARKERS):
+        if any(marker in text for marker in _MARKERS) and _CLEAN_EXIT not in text:
             out.event(EventKind.ERROR, line, out.last_step, ts, text=text.strip()[:500])
             return True
         if any(marker in text for marker in _EXITS):
@@ -111,13 +119,17 @@ class ErrorParser(Parser):
         self._in_traceback = self._ignored = False
 
     def _frame(self, text: str) -> bool:
-        """Whether `text` is part of the traceback's frames (and note it)."""
-        if self._source_next:
-            self._source_next = False
+        """Whether `text` is part of the traceback's frames (and note it): a `File "` line, then
+        lines indented deeper (its source, `^~` markers), as Python prints them. A line indented
+        less, or before any `File "`, is another process's (a Megatron record's one space)."""
+        source_next, self._source_next = self._source_next, False
+        stripped = text.lstrip()
+        indent = len(text) - len(stripped)
+        if stripped.startswith('File "'):
+            self._last_frame, self._frame_indent = stripped.rstrip(), indent
+            # unindented: a launcher's prefix ate the indentation, the source line's too
+            self._source_next = indent == 0
             return True
-        if text.lstrip().startswith('File "'):
-            # a source line follows, as indented as its frame: unindented only where a launcher's
-            # prefix ate both (else an unindented line after it is the exception: no source shown)
-            self._last_frame, self._source_next = text.strip(), text[:1] not in (" ", "\t")
-            return True
-        return text[:1] in (" ", "\t") or bool(_CARETS.match(text))
+        if source_next:  # the frame's source, unless it had none (`<frozen runpy>`): then the exception
+            return indent == 0 and not _EXCEPTION.match(text)
+        return (bool(self._last_frame) and indent > self._frame_indent) or bool(_CARETS.match(text))
