@@ -6,8 +6,9 @@ need; CUDA/NCCL errors and Megatron's NaN checks are reported as they appear. A 
 Exit messages tell a stall detector that silence after them is a finished job, not a hung one.
 
 A traceback may follow a tqdm bar on its line, and its frames may have lost their indentation to
-a launcher's prefix (srun `--label` pads and eats it): a frame is an indented line, a `File "..."`
-line, the source line after it, or a line of `^~` markers. One that the log ends in (the process
+a launcher's prefix (srun `--label` pads and eats it): a frame is a `File "..."` line and the lines
+indented deeper than it (its source, `^~` markers), or, where the indentation was eaten, the line
+after it (unless that is the exception: a frame without source). One that the log ends in (the process
 killed while printing it) is reported with its last frame; one that another line cuts short in
 the middle of the log is not: that is what ranks printing at once make of theirs, Ctrl-C's among
 them. `KeyboardInterrupt` and a launcher's SIGTERM are the run's end, not errors.
