@@ -557,6 +557,19 @@ def test_a_restart_within_the_probe_of_a_resume_is_judged_too(tmp_path: Path, pr
     assert found == [(1010, 104, "critical", "the step went back from 1020 to 1010)")], found
 
 
+def test_a_second_failed_resume_after_training_went_on_is_an_incident_of_its_own(tmp_path: Path) -> None:
+    """A crash loop is one incident; two failed resumes with training between them are two."""
+    lines = [megatron_line(s, loss, g) for s, loss, g in run_values(100)]
+    for load in (1000, 2000):
+        lines.append(f" loading checkpoint from /ckpt at iteration {load}")
+        lines += [megatron_line(load + 10 * k, 10.9 if k < 4 else 3.0, 1.5) for k in range(1, 101)]
+    log = tmp_path / "resumed.log"
+    log.write_text("\n".join(lines) + "\n")
+    p = no_traceback(run_cli("check", "--output", "json", str(log), timeout=30))
+    found = [(a["step"], a["severity"]) for a in json.loads(p.stdout)["alerts"] if a["detector"] == "resume_regression"]
+    assert found == [(1010, "critical"), (2010, "critical")], found
+
+
 @pytest.mark.parametrize("name", ["cut-in-grad-norm.log", "cut-in-loss-value.log", "cut-after-step.log"])
 def test_file_cut_mid_line_keeps_every_record_before_the_cut(zoo: Zoo, name: str) -> None:
     """The 29 complete records count, the cut line gives its step, and a cut value is no false alarm.

@@ -33,7 +33,7 @@ class EventKind(str, Enum):
 
 
 #: NaN as a word (not `nanogpt`, `nanotron`): "Unexpected result nan", "found NaN in local grad norm"
-_NAN = re.compile(r"(?<![^\W_])nan(?![^\W_])", re.IGNORECASE)
+_NAN = re.compile(r"(?<![a-z0-9])nan(?![a-z0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

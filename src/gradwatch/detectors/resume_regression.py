@@ -75,7 +75,7 @@ class ResumeRegression(Detector):
         self._pre_grad: deque[float] = deque(maxlen=self.config.pre_window)
         self._last_step: int | None = None
         self._probe: _Probe | None = None
-        self._failing = False  # the last resume judged failed
+        self._failing = False  # the last resume judged failed, and no record since that was not judged
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = columns(batch)
@@ -118,6 +118,7 @@ class ResumeRegression(Detector):
         if len(steps) == 0:
             return
         w = self.config.pre_window
+        self._failing = False  # training went on: a failed resume after this is a new incident
         self._pre_loss.extend(loss[np.isfinite(loss)][-w:].tolist())
         self._pre_grad.extend(grad[np.isfinite(grad) & (grad > 0)][-w:].tolist())
         self._last_step = int(steps[-1])
@@ -193,6 +194,7 @@ class ResumeRegression(Detector):
 
     def _record_before(self, loss: float, grad: float) -> None:
         """A record with nothing to judge: it moves the level before a resume."""
+        self._failing = False  # (as `_extend`)
         if loss == loss:
             self._pre_loss.append(loss)
         if grad == grad and grad > 0:

@@ -107,7 +107,8 @@ class LogStream:
     def format(self) -> str | None:
         """The parser that produced most records (main parsers before auxiliary ones)."""
         main = {p.name for p in self.parsers if not p.auxiliary}
-        counts = {n: c for n, c in self.out.counts.items() if n in main or n not in self._left_out()}
+        left_out = self._left_out()
+        counts = {n: c for n, c in self.out.counts.items() if n in main or n not in left_out}
         if not counts:
             return None
         ranked = sorted(counts, key=lambda n: (n in main, counts[n]), reverse=True)
