@@ -16,6 +16,8 @@ from gradwatch.records import Columns, RecordBuilder, columns_of
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO.parent / "shared" / "samples" / "real"
+#: more trainer families (Lightning, Keras, mlx-lm, MMEngine, fairseq, nanoGPT, ...), labelled alike
+REAL_MORE = REPO.parent / "shared" / "samples" / "real-more"
 EXAMPLES = REPO / "examples" / "logs"
 
 
@@ -24,6 +26,11 @@ def real_samples() -> Path:
     if not (REAL / "labels.json").is_file():
         pytest.skip("real samples not present: ../shared/samples/real (third-party logs, not shipped)")
     return REAL
+
+
+def real_folders() -> list[Path]:
+    """The labelled folders that are present (none in a user's clone)."""
+    return [folder for folder in (REAL, REAL_MORE) if (folder / "labels.json").is_file()]
 
 
 def gradwatch_cmd() -> list[str]:

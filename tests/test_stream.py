@@ -23,7 +23,7 @@ from gradwatch.parsers import new_parsers
 from gradwatch.parsers.base import ParseOutput
 from gradwatch.parsers.stream import LOCK_AFTER_RECORDS, LogStream, _decoded
 from gradwatch.synth import FORMATS, Anomaly, RunSpec, generate
-from tests.conftest import EXAMPLES, REAL
+from tests.conftest import EXAMPLES, real_folders
 
 
 def _parse(data: bytes, chunks: list[int] | None = None, every_line: bool = False, pickled: bool = False):
@@ -96,7 +96,7 @@ def test_fast_paths_equal_the_plain_path_on_synthetic_logs(fmt: str) -> None:
 
 
 def _real_files() -> list[Path]:
-    return sorted(REAL.rglob("*.log")) if REAL.is_dir() else []
+    return sorted(path for folder in real_folders() for path in folder.rglob("*.log"))
 
 
 @pytest.mark.parametrize("path", _real_files(), ids=lambda p: p.name[:40])

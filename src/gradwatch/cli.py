@@ -529,7 +529,13 @@ def formats(config_path: str | None) -> None:
     cfg.load(config_path)  # loads the plugins
     width = max(map(len, PARSERS))
     for name, cls in PARSERS.items():
-        kind = " (also inside other formats)" if cls.auxiliary else ""
+        kind = (
+            " (last: reads files no other format reads)"
+            if cls.fallback
+            else " (also inside other formats)"
+            if cls.auxiliary
+            else ""
+        )
         click.echo(f"{name:<{width}}  {cls.description}{kind}{_plugin_origin('parser', name)}")
 
 

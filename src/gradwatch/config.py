@@ -20,6 +20,7 @@ import yaml
 
 from gradwatch.detectors import DETECTORS, DetectorConfig
 from gradwatch.errors import ConfigError
+from gradwatch.parsers.generic_names import Names
 from gradwatch.plugins import loader
 
 DEFAULT_NAME = "default.yaml"
@@ -59,6 +60,8 @@ class Settings:
 
     detectors: dict[str, DetectorConfig]
     jsonl_aliases: dict[str, str] = field(default_factory=dict)
+    #: extra metric names for the generic reader (`formats.synonyms`), name -> canonical metric
+    synonyms: dict[str, str] = field(default_factory=dict)
     custom_formats: tuple[CustomFormat, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
     snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
@@ -151,7 +154,7 @@ def _merge(base: dict[str, Any], user: dict[str, Any], where: str, prefix: str) 
 
 def _is_free_mapping(dotted: str) -> bool:
     """Sections whose keys are the user's own (not a fixed schema)."""
-    return dotted == "formats.jsonl_aliases"
+    return dotted in ("formats.jsonl_aliases", "formats.synonyms")
 
 
 def _build(raw: dict[str, Any], where: str) -> Settings:
@@ -164,9 +167,12 @@ def _build(raw: dict[str, Any], where: str) -> Settings:
     for det_id, cls in DETECTORS.items():
         detectors.setdefault(det_id, cls.Config())
     formats = raw.get("formats") or {}
-    aliases = formats.get("jsonl_aliases") or {}
-    if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
-        raise ConfigError(f"{where}: formats.jsonl_aliases must map strings to metric names")
+    aliases = _name_table(formats, "jsonl_aliases", where)
+    synonyms = _name_table(formats, "synonyms", where)
+    try:
+        Names(synonyms)  # checked now: a wrong metric name is the config's error, not a file's
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
     custom = []
     for i, item in enumerate(formats.get("custom") or []):
         key = f"formats.custom[{i}]"
@@ -186,7 +192,15 @@ def _build(raw: dict[str, Any], where: str) -> Settings:
             raise ConfigError(f"{where}: {key}.pattern is not a valid regex: {e}") from None
         custom.append(CustomFormat(item["name"], item["pattern"], item.get("description", "")))
     snapshots = _dataclass_from(SnapshotConfig, raw.get("snapshots") or {}, "snapshots", where)
-    return Settings(detectors, dict(aliases), tuple(custom), raw, snapshots, tuple(raw.get("plugins") or ()))
+    return Settings(detectors, aliases, synonyms, tuple(custom), raw, snapshots, tuple(raw.get("plugins") or ()))
+
+
+def _name_table(formats: dict[str, Any], key: str, where: str) -> dict[str, str]:
+    """A `formats` table of the user's names for metrics (`jsonl_aliases`, `synonyms`)."""
+    table = formats.get(key) or {}
+    if not isinstance(table, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in table.items()):
+        raise ConfigError(f"{where}: formats.{key} must map strings to metric names")
+    return dict(table)
 
 
 def _dataclass_from(cls: type[_T], section: Any, dotted: str, where: str) -> _T:
@@ -233,6 +247,7 @@ def effective_yaml(settings: Settings) -> str:
         "plugins": list(settings.plugins),
         "formats": {
             "jsonl_aliases": dict(settings.jsonl_aliases),
+            "synonyms": dict(settings.synonyms),
             "custom": [dataclasses.asdict(c) for c in settings.custom_formats],
         },
         "snapshots": dataclasses.asdict(settings.snapshots),

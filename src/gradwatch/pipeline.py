@@ -22,6 +22,7 @@ from gradwatch.detectors.base import ColumnBatch
 from gradwatch.downsample import MinMaxBuckets
 from gradwatch.errors import InputError, WorkerError
 from gradwatch.parsers import PARSERS, Parser, new_parsers
+from gradwatch.parsers.generic import GenericParser
 from gradwatch.parsers.stream import Batch, LogStream
 from gradwatch.plugins import guard, loader
 from gradwatch.records import METRICS, columns_of
@@ -41,6 +42,8 @@ class FileSummary:
 
     path: str
     format: str | None = None
+    #: how the format's parser read the file, where it says (the generic reader's layout)
+    layout: str | None = None
     records: int = 0
     first_step: int | None = None
     last_step: int | None = None
@@ -54,6 +57,12 @@ class FileSummary:
     #: summaries pickled in older scan states still have it
     detectors: tuple[str, ...] = ()
 
+    @property
+    def format_text(self) -> str:
+        """The format as people read it: with the layout where the parser says one."""
+        fmt = self.format or "?"
+        return f"{fmt} ({self.layout})" if self.layout else fmt
+
 
 #: Buckets per metric kept for sparklines: small and fixed, whatever the log's length.
 SHAPE_BUCKETS = 128
@@ -64,6 +73,8 @@ def _extra_parsers(settings: Settings) -> list[Parser]:
     jsonl = PARSERS.get("jsonl")
     if jsonl is not None and settings.jsonl_aliases:
         extra.append(jsonl(aliases=settings.jsonl_aliases))  # type: ignore[call-arg]
+    if settings.synonyms:
+        extra.append(GenericParser(synonyms=settings.synonyms))
     if settings.custom_formats:
         from gradwatch.parsers.regex_format import RegexParser
 
@@ -78,11 +89,16 @@ def build_parsers(settings: Settings, fmt: str | None, path: str = "") -> list[P
         return [p for p in _extra_parsers(settings) if p.name == fmt] + auxiliary
     parsers = new_parsers(fmt, path=path)
     extra = _extra_parsers(settings)
-    if fmt is None and extra:
-        names = {p.name for p in extra}
+    if not extra:
+        return parsers
+    names = {p.name for p in extra}
+    if fmt is None:
         main = [p for p in parsers if not p.auxiliary and p.name not in names]
-        return extra + main + [p for p in parsers if p.auxiliary]
-    return parsers
+        auxiliary = [p for p in parsers if p.auxiliary and not p.fallback]
+        fallback = [p for p in extra if p.fallback] or [p for p in parsers if p.fallback]
+        return [p for p in extra if not p.fallback] + main + auxiliary + fallback
+    # a format named: the configured generic reader stands in for the registry's
+    return [next((e for e in extra if e.fallback), p) if p.fallback else p for p in parsers]
 
 
 def new_stream(settings: Settings, fmt: str | None, path: str = "") -> LogStream:
@@ -154,7 +170,7 @@ class FileCheck:
         with _ieee_arithmetic():
             for det in self.detectors:
                 alerts += det.finish()
-        self.summary.format = self.stream.format
+        self.summary.format, self.summary.layout = self.stream.format, self.stream.layout
         self.summary.lines = self.stream.lines
         return alerts
 

@@ -47,6 +47,6 @@ def run_report(
 def _heading(run: RunSeries) -> str:
     s = run.summary
     return (
-        f"{s.path}  |  {s.format}  |  steps {run.steps_text()}  |  spike score {run.spike_text()}  |  "
+        f"{s.path}  |  {s.format_text}  |  steps {run.steps_text()}  |  spike score {run.spike_text()}  |  "
         f"{len(run.alerts)} alerts"
     )

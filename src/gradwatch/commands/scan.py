@@ -140,7 +140,7 @@ def _scan_file(
         os.close(fd)
     read.offset = fs.offset
     summary = check.summary
-    summary.format, summary.lines = check.stream.format, check.stream.lines
+    summary.format, summary.layout, summary.lines = check.stream.format, check.stream.layout, check.stream.lines
     if summary.records > records_before:
         fs.last_step, fs.last_step_at = summary.last_step, st.st_mtime
     stalled = _wall_clock_stall(check, fs, now)

@@ -279,7 +279,8 @@ class _Tail:
         if self.metrics is not None:
             self.metrics.close()
         files = [
-            dataclasses.replace(c.summary, format=c.stream.format, lines=c.stream.lines) for c in self.checks.values()
+            dataclasses.replace(c.summary, format=c.stream.format, layout=c.stream.layout, lines=c.stream.lines)
+            for c in self.checks.values()
         ]
         code = self._exit_code()
         self.sink.close(TailSummary(files, dict(self.counts), int(code), self.reason or "error"))

@@ -16,6 +16,7 @@ from gradwatch.parsers.base import ParseOutput, Parser
 from gradwatch.parsers.composer import ComposerParser
 from gradwatch.parsers.deepspeed import DeepSpeedParser
 from gradwatch.parsers.errors_parser import ErrorParser
+from gradwatch.parsers.generic import GenericParser
 from gradwatch.parsers.hf_trainer import HfTrainerParser
 from gradwatch.parsers.jsonl import JsonlParser
 from gradwatch.parsers.megatron import MegatronParser
@@ -81,6 +82,7 @@ for _cls in (
     MegatronParser,
     DeepSpeedParser,
     ErrorParser,
+    GenericParser,
 ):
     register(_cls)
 
@@ -98,8 +100,12 @@ def new_parsers(fmt: str | None = None, extra: list[Parser] | None = None, path:
     if fmt is not None and fmt not in PARSERS and fmt not in extra_names:
         known = sorted(PARSERS.keys() | extra_names)
         raise UsageError(f"unknown format {fmt!r}; known formats: {', '.join(known)}")
-    made = (guard.new_parser(cls, path) for name, cls in PARSERS.items() if fmt is None or name == fmt or cls.auxiliary)
+    made = (
+        guard.new_parser(cls, path)
+        for name, cls in PARSERS.items()
+        if fmt is None or name == fmt or (cls.auxiliary and not cls.fallback)
+    )
     chosen = [p for p in made if p is not None]
     extras = [p for p in extra or [] if fmt is None or fmt not in extra_names or p.name == fmt]
     main = [p for p in chosen if not p.auxiliary] + extras
-    return main + [p for p in chosen if p.auxiliary]
+    return main + [p for p in chosen if p.auxiliary and not p.fallback] + [p for p in chosen if p.fallback]

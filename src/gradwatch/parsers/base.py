@@ -261,6 +261,13 @@ class Parser(ABC):
     #: True for parsers whose lines also appear inside other trainers' logs (DeepSpeed engine
     #: lines in a Megatron log): they never name the file's format unless nothing else matched
     auxiliary: ClassVar[bool] = False
+    #: True for the generic reader: offered only what every other parser left, its records the
+    #: file's only where no trainer's own parser found one; once another parser's records lock
+    #: the file's format it reads no more (it is also `auxiliary`)
+    fallback: ClassVar[bool] = False
+    #: how the parser read the file, where it reads several shapes (the generic reader's layout
+    #: and step counter), for `check` and reports; None: its name says it all
+    layout: str | None = None
     #: Metric names outside `records.METRICS` that this parser records: registering the parser
     #: makes each a float column of every batch (NaN where not logged), for a plugin's detector
     extra_metrics: ClassVar[tuple[str, ...]] = ()

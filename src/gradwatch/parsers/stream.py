@@ -80,6 +80,7 @@ class LogStream:
     #: see __init__ (class defaults, so that streams pickled in older scan states have them)
     _aux_readers: list[tuple[Parser, Keywords | None]] = []
     _stand_ins: frozenset[str] | None = None
+    _fallbacks: frozenset[str] = frozenset()
 
     def __init__(self, parsers: list[Parser], path: str = "", stand_ins: frozenset[str] | None = None) -> None:
         """`stand_ins`: the auxiliary parsers whose records are the file's where no main parser
@@ -94,6 +95,7 @@ class LogStream:
         self._partial = b""
         self._closed = False
         self._aux = frozenset(p.name for p in parsers if p.auxiliary)
+        self._fallbacks = frozenset(p.name for p in parsers if p.fallback)
         self._scan = _keywords(parsers)
         self._active = parsers  # the parsers lines are offered to (see _lock_format)
         self._locked = False
@@ -113,6 +115,12 @@ class LogStream:
             return None
         ranked = sorted(counts, key=lambda n: (n in main, counts[n]), reverse=True)
         return ranked[0]
+
+    @property
+    def layout(self) -> str | None:
+        """How the format's parser read the file, where it says (`Parser.layout`)."""
+        fmt = self.format
+        return next((p.layout for p in self.parsers if p.name == fmt), None)
 
     @property
     def format_locked(self) -> bool:
@@ -220,7 +228,7 @@ class LogStream:
         taken, the format is undecided)."""
         out = self.out
         main_seen = self._main_seen
-        if not (main_seen or self._closed or self.lines >= UNDECIDED_HOLD_LINES):
+        if not (main_seen or self._closed or self._locked or self.lines >= UNDECIDED_HOLD_LINES):
             return BatchFacts(path=self.path), None
         events, out.events = out.events, []
         skips = out.skip_counts.take()
@@ -232,11 +240,18 @@ class LogStream:
             path=self.path,
             skip_counts=skips,
         )
-        return facts, self._aux if main_seen else self._left_out()
+        return facts, self._aux if main_seen else self._left_out() | self._fallbacks_left_out()
 
     def _left_out(self) -> frozenset[str]:
         """The auxiliary parsers whose records are never the file's while no main parser found any."""
         return frozenset() if self._stand_ins is None else self._aux - self._stand_ins
+
+    def _fallbacks_left_out(self) -> frozenset[str]:
+        """The generic reader's records are the file's only where it is the file's format: beside
+        the records of an auxiliary parser that found more (a DeepSpeed-only log) they would
+        mix two counts of steps (DeepSpeed-Chat's per-epoch `ppl:` lines among global steps)."""
+        fmt = self.format
+        return frozenset(name for name in self._fallbacks if name != fmt)
 
     def _hold(self, partial: bytes) -> None:
         """Keep what is needed of a line whose newline has not come, to cut it as the whole line
@@ -626,17 +641,22 @@ class LogStream:
                 return
 
     def _maybe_lock(self, parser: Parser) -> None:
-        if not self._locked and not parser.auxiliary and self.out.counts.get(parser.name, 0) >= LOCK_AFTER_RECORDS:
+        if self._locked or self.out.counts.get(parser.name, 0) < LOCK_AFTER_RECORDS:
+            return
+        if not parser.auxiliary or (parser.fallback and not self._main_seen):
             self._lock_format(parser)
 
     def _lock_format(self, main: Parser) -> None:
         """The file's format is known: from now on only its parser and the auxiliary ones read.
 
         Fewer parsers per line and a shorter keyword search; another trainer's lines later in the
-        same file are not read (a file holds one run).
+        same file are not read (a file holds one run). The generic reader (`Parser.fallback`)
+        reads no more once a trainer's parser locks the file; where it locks the file itself,
+        it stays last, behind the auxiliary parsers whose lines it would otherwise take.
         """
         self._locked = True
-        self._active = [main] + [p for p in self.parsers if p.auxiliary]
+        auxiliary = [p for p in self.parsers if p.auxiliary and not p.fallback]
+        self._active = [*auxiliary, main] if main.fallback else [main, *auxiliary]
         self._collectors = [p for p in self._active if type(p).collecting is not Parser.collecting]
         self._aux_readers = []
         for k, parser in enumerate(self._active):

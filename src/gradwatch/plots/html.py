@@ -94,7 +94,7 @@ def _facts(run: RunSeries) -> list[str]:
     counts = {sev: sum(str(a.severity) == sev for a in run.alerts) for sev in ("critical", "warning", "info")}
     alerts = ", ".join(f"{n} {sev}" for sev, n in counts.items())
     out = [
-        f'<p class="facts"><b>format</b> {escape(s.format or "?")} &middot; <b>records</b> {s.records:,} &middot; '
+        f'<p class="facts"><b>format</b> {escape(s.format_text)} &middot; <b>records</b> {s.records:,} &middot; '
         f"<b>steps</b> {run.steps_text()} &middot; <b>spike score</b> {escape(run.spike_text())} &middot; "
         f"<b>alerts</b> {alerts}</p>"
     ]
@@ -151,7 +151,7 @@ def compare_page(
     for label, run in zip(labels, runs, strict=True):
         s = run.summary
         body.append(
-            f"<tr><td>{escape(label)}</td><td>{escape(s.path)}</td><td>{escape(s.format or '?')}</td>"
+            f"<tr><td>{escape(label)}</td><td>{escape(s.path)}</td><td>{escape(s.format_text)}</td>"
             f'<td class="num">{run.steps_text()}</td><td>{escape(run.spike_text())}</td>'
             f'<td class="num">{len(run.alerts)}</td></tr>'
         )

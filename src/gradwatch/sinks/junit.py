@@ -50,6 +50,7 @@ def _suite(f: FileSummary, alerts: list[Alert], report: Report) -> ET.Element:
     props = ET.SubElement(suite, "properties")
     facts = {
         "format": f.format,
+        "layout": f.layout,
         "records": f.records,
         "first_step": f.first_step,
         "last_step": f.last_step,

@@ -70,6 +70,7 @@ class Report:
                 {
                     "path": f.path,
                     "format": f.format,
+                    "layout": f.layout,
                     "records": f.records,
                     "first_step": f.first_step,
                     "last_step": f.last_step,
@@ -106,7 +107,7 @@ class Report:
             error = _indent(Text(safe_text(f.error or "no training metrics found"), style="red"))
             return Group(head, error, *([_indent(_alert_list(alerts))] if alerts else []), Text(""))
         steps = f"steps {f.first_step:,}-{f.last_step:,}" if f.first_step is not None else "no steps"
-        head.append(f"  {f.format}  {f.records:,} records  {steps}", style="dim")
+        head.append(f"  {f.format_text}  {f.records:,} records  {steps}", style="dim")
         body: list[RenderableType] = [head]
         if f.error:
             body.append(_indent(Text(safe_text(f.error), style="red")))

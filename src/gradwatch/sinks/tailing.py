@@ -103,6 +103,7 @@ class TailSummary:
                 {
                     "path": f.path,
                     "format": f.format,
+                    "layout": f.layout,
                     "records": f.records,
                     "first_step": f.first_step,
                     "last_step": f.last_step,
