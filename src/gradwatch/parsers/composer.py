@@ -7,6 +7,10 @@ Line shapes covered (composer `loggers/console_logger.py`):
     \t Train loss/train/total: 12.0570   tab + space (docs copies indent with spaces)
     [Eval batch=10/10] Eval on eval data:
     \t Eval metrics/eval/LanguageCrossEntropy: 2.9000
+    [metric][batch=0]: metrics/train/LanguageCrossEntropy: 2.31    older loggers: one metric a line
+
+In the older one-line form, the lines of one batch make one record; a key it already holds (the
+next epoch's lines under the same batch count) begins the next record.
 
 The record ends at the first line that is not a `Train`/`Eval` metric line; that line is left for
 the other parsers. srun's `0:   ` prefix swallows the indentation, so indentation is not required.
@@ -35,6 +39,7 @@ from gradwatch.parsers.base import ParseOutput, Parser
 _MARKER = re.compile(r"(?:\[epoch=(\d{1,6})\])?\[(\w+)=(\d{1,18})(?:/(\d{1,12}))?\]:\s*$")
 _EVAL_MARKER = re.compile(r"\[Eval batch=\d+/\d+\] Eval on .* data:\s*$")
 _METRIC = re.compile(r"^\s*(Train|Eval) (.+?): (.*)$")
+_INLINE = re.compile(r"\[\w+\]\[batch=(\d{1,18})(?:/\d{1,12})?\]:\s*(\S+): (.*?)\s*$")
 _LOADING = re.compile(r"Loading checkpoint from (\S+)\s*$")
 _CLOCK_KEY = "time/train"
 _CLOCK_TICK_H = 1e-4  # `time/train` is printed in hours with 4 decimals
@@ -60,7 +65,7 @@ _TRAIN_FALLBACK: dict[str, str] = {
 class _Open:
     """The record being read."""
 
-    __slots__ = ("step", "exact", "line", "ts", "metrics", "fallback", "time_batch", "is_eval", "clock_h")
+    __slots__ = ("step", "exact", "line", "ts", "metrics", "fallback", "time_batch", "is_eval", "clock_h", "keys")
 
     def __init__(self, step: int | None, line: int, ts: float | None, is_eval: bool, exact: bool = False) -> None:
         self.step = step
@@ -72,6 +77,7 @@ class _Open:
         self.fallback: dict[str, float] = {}
         self.time_batch: float | None = None
         self.clock_h: float | None = None  # `time/train`, hours
+        self.keys: set[str] | None = None  # of the one-line form: the keys read so far
 
 
 class ComposerParser(Parser):
@@ -95,6 +101,9 @@ class ComposerParser(Parser):
         return (self._clock,)
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
+        if "][batch=" in text and (inline := _INLINE.search(text)) is not None:
+            self._inline(inline, line, ts, out)
+            return True
         if self._open is not None:
             if ": " in text and self._metric_line(text):
                 return True
@@ -118,6 +127,17 @@ class ComposerParser(Parser):
             return True
         return False
 
+    def _inline(self, m: re.Match[str], line: int, ts: float | None, out: ParseOutput) -> None:
+        """A line of the one-line form: it joins the record of its batch, or begins the next."""
+        step, key = int(m.group(1)), m.group(2)
+        rec = self._open
+        if rec is None or rec.keys is None or rec.step != step or key in rec.keys:
+            self.flush(out)
+            rec = self._open = _Open(step, line, ts, is_eval=False, exact=True)
+            rec.keys = set()
+        rec.keys.add(key)
+        self._train_metric(key, m.group(3))
+
     @staticmethod
     def _marker_step(m: re.Match[str]) -> int | None:
         epoch, unit, count, total = m.group(1), m.group(2), int(m.group(3)), m.group(4)
@@ -140,6 +160,13 @@ class ComposerParser(Parser):
             if key.endswith("LanguageCrossEntropy") and "val_loss" not in rec.metrics:
                 self._put(rec.metrics, "val_loss", value)
             return True
+        self._train_metric(key, value)
+        return True
+
+    def _train_metric(self, key: str, value: str) -> None:
+        """One `key: value` of the open training record."""
+        rec = self._open
+        assert rec is not None
         if key == "time/batch":
             try:
                 tb = number(value)
@@ -158,7 +185,6 @@ class ComposerParser(Parser):
                 self._put(rec.metrics, canonical, value)
         elif key in _TRAIN_FALLBACK:
             self._put(rec.fallback, _TRAIN_FALLBACK[key], value)
-        return True
 
     @staticmethod
     def _put(into: dict[str, float], name: str, value: str) -> None:
