@@ -1,6 +1,7 @@
 """Benchmark: how well gradwatch's detectors find labelled anomalies, against two simple baselines.
 
-    .venv/bin/python benchmarks/detection.py [--steps 100000] [--formats megatron-lm,olmo,...] [--seed N]
+    .venv/bin/python benchmarks/detection.py [--steps 60000] [--formats megatron-lm,olmo,...] [--seed N]
+                                             [--noise gaussian,heavy] [--samples DIR]
 
 Corpus (generated in memory with `gradwatch.synth`, deterministic per seed): for each format, runs
 of 3,000-5,000 steps with realistic noise and the healthy trouble-lookalikes: fp16 calibration and
@@ -14,6 +15,12 @@ anomaly, so labels never overlap: its kind cycles through every kind the format 
 30 min to 2 h (NCCL's watchdog fires after 10-30 min; BLOOM tr11 hung for hours), whatever the step
 time. Runs are added until the format's healthy steps reach `--steps` and each kind has
 `--min-per-kind` instances.
+
+Two noise models, the same runs under each: `gaussian`, synth's own log-normal noise, and `heavy`,
+the loss and grad-norm noise resampled from the healthy labelled real logs' own step-to-step
+changes (`real_noise`: read with gradwatch's parsers from `--samples`, by default
+../shared/samples; where that folder or its healthy files are absent, the heavy model is skipped
+with a message, and a metric no healthy file logs keeps the normal draws).
 
 Each run is read by `FileCheck` (all detectors, default config), fed in 8 MiB chunks like
 `gradwatch check`. The baselines see the same parsed records (loss and grad norm, in line order):
@@ -38,6 +45,7 @@ resume_regression: 2 more records; stall: the record that ends the gap).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -50,6 +58,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import real_noise
 
 from gradwatch import config
 from gradwatch.alerts import Alert, Severity
@@ -125,6 +134,9 @@ TARGET_RECALL, TARGET_FA = 0.95, 0.5
 TARGET_DELAY = {"grad_norm_spike": 2.0, "loss_spike": 2.0, "nonfinite": 2.0, "loss_collapse": 2.0}
 
 SETTINGS = config.load()
+NOISE_MODELS = ("gaussian", "heavy")
+#: the heavy model's pools, loaded before the workers fork (they inherit them)
+HEAVY: dict[str, real_noise.Pool] = {}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -136,6 +148,7 @@ class Run:
     fmt: str
     index: int
     spec: RunSpec
+    noise: str = "gaussian"
 
 
 def affected(spec: RunSpec, label: Anomaly) -> tuple[int, int]:
@@ -228,6 +241,7 @@ def make_spec(fmt: str, kind: str, rng: np.random.Generator, seed: int) -> RunSp
 
 @dataclass
 class Result:
+    noise: str
     fmt: str
     kind: str
     interval: int
@@ -244,6 +258,7 @@ def run_one(run: Run) -> Result:
     """Generate one run, check it with gradwatch and the baselines, score both."""
     t0 = time.perf_counter()
     spec = run.spec
+    real_noise.use(HEAVY if run.noise == "heavy" else {})
     [label] = labels(spec)
     frames: list[pd.DataFrame] = []
 
@@ -261,8 +276,8 @@ def run_one(run: Run) -> Result:
 
     k = spec.log_interval
     lo, hi = affected(spec, label)
-    res = Result(run.fmt, label.kind, k, spec.steps, healthy_steps(spec, label))
-    res.notes.append(f"{run.fmt} run {run.index}: {spec}")
+    res = Result(run.noise, run.fmt, label.kind, k, spec.steps, healthy_steps(spec, label))
+    res.notes.append(f"{run.noise} noise, {run.fmt} run {run.index}: {spec}")
     window = WINDOWS[label.kind].records(k)
     loud = [(a.step if a.step is not None else -1, a.detector) for a in alerts if a.severity >= Severity.WARNING]
     systems = {"gradwatch": loud, **{name: baseline(name, records) for name in BASELINES}}
@@ -336,20 +351,52 @@ def num(x: float | None, spec: str) -> str:
     return "-" if x is None or math.isnan(x) else format(x, spec)
 
 
+def noise_text(model: str) -> str:
+    if model == "gaussian":
+        return "gaussian: synth's log-normal noise"
+    pools = "; ".join(f"{key} from {len(pool.files)} file(s)" for key, pool in sorted(HEAVY.items()))
+    return f"heavy: real step-to-step changes resampled ({pools}; see benchmarks/real_noise.py)"
+
+
 def report(results: list[Result], args: argparse.Namespace, elapsed: float) -> bool:
-    """Print the tables; True when every target is met."""
-    healthy = sum(r.healthy_steps for r in results)
+    """Print the tables of each noise model; True when every target is met on all of them."""
     print("gradwatch detection benchmark (benchmarks/detection.py)")
     print(f"machine: {machine()}")
     print(
         f"seed {args.seed}, --steps {args.steps:,} healthy steps per format, --min-per-kind {args.min_per_kind}, "
         f"{args.jobs} worker(s); formats: {', '.join(args.formats)}"
     )
+    per_model = len(results) // max(1, len(args.noise))
     print(
-        f"corpus: {len(results)} runs = {len(results)} anomalies, {sum(r.steps for r in results):,} steps, "
-        f"{healthy:,} healthy; generated and checked in {elapsed:.0f} s"
+        f"corpus: {per_model} runs = {per_model} anomalies per noise model, "
+        f"{sum(r.steps for r in results) // max(1, len(args.noise)):,} steps; "
+        f"generated and checked in {elapsed:.0f} s"
     )
+    ok = True
+    for model in args.noise:
+        print(f"\n=== noise {noise_text(model)}\n")
+        ok &= report_model([r for r in results if r.noise == model], args)
     print()
+    print("windows (logged steps after the label in which the kind's detector must alert):")
+    for kind in ANOMALY_KINDS:
+        print(f"  {kind:<20} {WINDOWS[kind].text():<22} {WINDOWS[kind].why}")
+    if args.verbose:
+        print()
+        for r in results:
+            if len(r.notes) > 1:
+                print("\n    ".join(r.notes))
+    print(
+        f"\ntargets: recall >= {TARGET_RECALL} per detector, <= {TARGET_FA} false alerts per 10k healthy steps, "
+        "mean delay <= 2 logged steps for spikes, NaN and loss collapse, under every noise model: "
+        + ("all met" if ok else "NOT all met")
+    )
+    return ok
+
+
+def report_model(results: list[Result], args: argparse.Namespace) -> bool:
+    """Print one noise model's tables; True when its targets are met."""
+    healthy = sum(r.healthy_steps for r in results)
+    print(f"{healthy:,} healthy steps")
     head = f"{'detector':<20} {'n':>4} {'recall':>7} {'FA/10k':>7} {'delay':>6} {'max':>5}  {'window':<22} target"
     print(head)
     print("-" * len(head))
@@ -401,39 +448,46 @@ def report(results: list[Result], args: argparse.Namespace, elapsed: float) -> b
             f"{fmt:<20} {len(rs):>5} {sum(r.steps for r in rs):>10,} {h:>10,} {hit / len(rs):>7.3f} "
             f"{sum(r.false['gradwatch'] for r in rs) / h * 1e4:>7.2f} {np.mean([r.seconds for r in rs]):>6.2f}"
         )
-    print()
-    print("windows (logged steps after the label in which the kind's detector must alert):")
-    for kind in ANOMALY_KINDS:
-        print(f"  {kind:<20} {WINDOWS[kind].text():<22} {WINDOWS[kind].why}")
-    if args.verbose:
-        print()
-        for r in results:
-            if len(r.notes) > 1:
-                print("\n    ".join(r.notes))
     missed = [f"{r.fmt}/{r.kind}" for r in results if r.found["gradwatch"] is None]
     if missed:
         print(f"\nmissed ({len(missed)}): " + ", ".join(missed[:20]) + (" ..." if len(missed) > 20 else ""))
-    print(
-        f"\ntargets: recall >= {TARGET_RECALL} per detector, <= {TARGET_FA} false alerts per 10k healthy steps, "
-        "mean delay <= 2 logged steps for spikes, NaN and loss collapse: " + ("all met" if ok else "NOT all met")
-    )
     return ok
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100_000, help="healthy steps per format (default 100000)")
+    parser.add_argument("--steps", type=int, default=60_000, help="healthy steps per format (default 60000)")
     parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated synth formats (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")
-    parser.add_argument("--min-per-kind", type=int, default=5, help="anomalies of each kind per format (default 5)")
+    parser.add_argument("--min-per-kind", type=int, default=3, help="anomalies of each kind per format (default 3)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: CPUs)")
+    parser.add_argument(
+        "--noise", default=",".join(NOISE_MODELS), help="comma-separated noise models (default: gaussian,heavy)"
+    )
+    parser.add_argument(
+        "--samples", type=Path, default=real_noise.SAMPLES, help="the labelled real logs (default ../shared/samples)"
+    )
     parser.add_argument("--verbose", action="store_true", help="list the runs with a miss or a false alert")
     args = parser.parse_args()
     args.formats = [f for f in args.formats.split(",") if f]
     unknown = [f for f in args.formats if f not in FORMATS]
     if unknown:
         parser.error(f"unknown format(s) {', '.join(unknown)}; expected some of {', '.join(FORMATS)}")
-    runs = [run for fmt in args.formats for run in plan_format(fmt, args.seed, args.steps, args.min_per_kind)]
+    args.noise = [m for m in args.noise.split(",") if m]
+    if not args.noise or any(m not in NOISE_MODELS for m in args.noise):
+        parser.error(f"--noise takes some of {', '.join(NOISE_MODELS)}")
+    if "heavy" in args.noise:
+        HEAVY.update(real_noise.load_pools(args.samples))
+        if not HEAVY:
+            print(
+                f"note: no healthy real logs readable under {args.samples}: the heavy-tailed noise model is skipped",
+                file=sys.stderr,
+            )
+            args.noise.remove("heavy")
+    if not args.noise:
+        parser.error("no noise model left to run")
+    plan = [run for fmt in args.formats for run in plan_format(fmt, args.seed, args.steps, args.min_per_kind)]
+    runs = [dataclasses.replace(run, noise=model) for model in args.noise for run in plan]
     runs.sort(key=lambda r: -r.spec.steps)  # long runs first: the workers finish together
     t0 = time.perf_counter()
     if args.jobs > 1:
@@ -441,7 +495,7 @@ def main() -> None:
             results = pool.map(run_one, runs, chunksize=1)
     else:
         results = [run_one(r) for r in runs]
-    results.sort(key=lambda r: (FORMATS.index(r.fmt), ANOMALY_KINDS.index(r.kind)))
+    results.sort(key=lambda r: (args.noise.index(r.noise), FORMATS.index(r.fmt), ANOMALY_KINDS.index(r.kind)))
     sys.exit(0 if report(results, args, time.perf_counter() - t0) else 1)
 
 

@@ -2,12 +2,23 @@
 
 Three rules, all computed over whole batches with numpy, with the tail of the stream carried:
 - rises: the loss rose on `rising_logs` consecutive logs, by at least `rise_ratio` and
-  `rise_delta` nats in total (BigScience tr8-104B: 6.37, 6.60, 7.31, 9.12, 10.24);
+  `rise_delta` nats in total, and by as much without its largest step (BigScience tr8-104B: 6.37,
+  6.60, 7.31, 9.12, 10.24): a climb, not one jump; under the heavy tails of real per-step noise
+  two small rises and one ordinary +20% bump make three rises of 1.2x at tens per 10k steps;
 - trend: the median of the last `trend_window` logs is `rise_ratio` times (and `rise_delta` nats
   above) the lowest such median of the `trend_lookback` logs before them: a noisy climb that
   never rises three times in a row is still caught, and a short spike moves no median;
 - level (llm-foundry's KillLossSpike): the loss at least `level_ratio` times the mean of the
-  previous `window` logs for more than `level_logs` consecutive logs: critical.
+  previous `window` logs for more than `level_logs` consecutive logs: critical;
+- above the start: `above_start_steps` or more steps into a run that the log shows from its
+  first log interval, the loss on `rising_logs` consecutive logs at least `rise_delta` nats
+  above the level it started at (the median of its first `rising_logs` logs): a healthy run is
+  far below its initial loss by then, and one back above it has undone its training, however
+  few logs show it (an excerpt: 10.65 at iterations 1-3, 12.67, 13.40, 12.55 at 2498-2500). A
+  log that begins mid-run (a resumed job, an excerpt) has no initial loss to compare with: a
+  change of data mix late in a run may lift the loss above where that log began.
+Every rule compares with a positive level: a ratio to a negative or zero level says nothing (an
+RL policy loss of -0.15 is "above 2x" a mean of -0.10), and such losses are no cross-entropy.
 A step going backwards or repeating (a resume) restarts the history: that jump is resume_regression's.
 Records that logged a non-finite value are skipped: their other fields are not a loss level (the
 HF Trainer prints `'loss': 0.0` beside `'grad_norm': nan`, and a climb "from 0" after it is the
@@ -52,6 +63,7 @@ class LossDivergenceConfig(BuiltInConfig):
     window: int = 100
     level_ratio: float = 2.0
     level_logs: int = 4
+    above_start_steps: int = 1000
     quiet: int = 50
 
 
@@ -76,6 +88,11 @@ class LossDivergence(Detector):
     #: (blocks then begin at the kept tail)
     _count: int | None = None
     _origin: float | None = None
+    #: the first logs since the last reset and their steps, and the logs in a row above their
+    #: median (class defaults: a detector pickled before the rule has it from its next reset)
+    _start: tuple[float, ...] | None = None
+    _start_steps: tuple[int, ...] = ()
+    _above = 0
 
     def __init__(self, config: LossDivergenceConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
@@ -91,6 +108,7 @@ class LossDivergence(Detector):
         self._quiet_until = -1  # row index up to which alerts are held back
         self._count = 0
         self._origin = None
+        self._start, self._start_steps, self._above = (), (), 0
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = columns(batch)
@@ -116,6 +134,7 @@ class LossDivergence(Detector):
         self._tail, self._rises, self._run_start, self._high = np.empty(0), 0, np.nan, 0
         self._med_tail = np.empty(0)
         self._count, self._origin = 0, None
+        self._start, self._start_steps, self._above = (), (), 0
 
     def _segment(self, v: np.ndarray, steps: np.ndarray, lines: np.ndarray) -> list[Alert]:
         cfg = self.config
@@ -129,10 +148,15 @@ class LossDivergence(Detector):
         start_idx = idx - rises  # index (in v) of the value before the run; negative: earlier
         carried_start = self._run_start if self._rises else prev[0]  # a run that began in an earlier batch
         starts = np.where(start_idx >= 0, v[np.clip(start_idx, 0, n - 1)], carried_start)
-        cond_rise = (rises >= cfg.rising_logs) & (v >= cfg.rise_ratio * starts) & (v - starts >= cfg.rise_delta)
+        cond_rise = (rises >= cfg.rising_logs) & (starts > 0) & (v >= cfg.rise_ratio * starts)
+        cond_rise &= v - starts >= cfg.rise_delta
+        for pos in np.flatnonzero(cond_rise).tolist():  # a climb, not one jump (few: rows that rose)
+            end = len(tail) + pos
+            climb = float(v[pos]) - float(np.diff(joined[max(0, end - int(rises[pos])) : end + 1]).max())
+            cond_rise[pos] = climb >= cfg.rise_ratio * starts[pos] and climb - starts[pos] >= cfg.rise_delta
         # trend
         med_v, ref_v = self._trend(joined, len(tail))
-        cond_trend = (med_v >= cfg.rise_ratio * ref_v) & (med_v - ref_v >= cfg.rise_delta)
+        cond_trend = (ref_v > 0) & (med_v >= cfg.rise_ratio * ref_v) & (med_v - ref_v >= cfg.rise_delta)
         # level
         if self._count is None:
             self._count = len(tail)
@@ -140,9 +164,17 @@ class LossDivergence(Detector):
             self._origin = float(joined[0])
         mean = window_means(joined, len(tail), self._count - len(tail), cfg.window, self._origin)
         self._count += n
-        high = v >= cfg.level_ratio * mean
+        high = (mean > 0) & (v >= cfg.level_ratio * mean)
         highs = _run_lengths(high, self._high)
         cond_level = highs > cfg.level_logs
+        # above the start
+        begun, start_level = self._start_level(v, steps)
+        first = self._start_steps[0] if self._start_steps else 0
+        above = (np.arange(n) >= begun) & (steps - first >= cfg.above_start_steps)
+        above &= (start_level > 0) & (v >= start_level + cfg.rise_delta)
+        aboves = _run_lengths(above, self._above)
+        self._above = int(aboves[-1])
+        cond_start = aboves >= cfg.rising_logs
         # carry state
         self._high = int(highs[-1])
         if rises[-1]:
@@ -151,7 +183,7 @@ class LossDivergence(Detector):
         self._tail = joined[-self._keep :]
         start, self._seen = self._seen, self._seen + n
         alerts: list[Alert] = []
-        for pos in np.flatnonzero(cond_rise | cond_trend | cond_level).tolist():
+        for pos in np.flatnonzero(cond_rise | cond_trend | cond_level | cond_start).tolist():
             if start + pos <= self._quiet_until:
                 continue
             self._quiet_until = start + pos + cfg.quiet
@@ -188,6 +220,21 @@ class LossDivergence(Detector):
                         _HINT,
                     )
                 )
+            elif cond_start[pos]:
+                alerts.append(
+                    self.alert(
+                        Severity.WARNING,
+                        steps[pos],
+                        lines[pos],
+                        "loss",
+                        value,
+                        start_level,
+                        start_level + cfg.rise_delta,
+                        f"loss {value:.4g} is back above the level the run started at ({start_level:.4g}) "
+                        f"for {int(aboves[pos])} logs, {int(steps[pos]) - first} steps in",
+                        _HINT,
+                    )
+                )
             else:
                 now, base = float(med_v[pos]), float(ref_v[pos])
                 times = f"{now / base:.2f}x" if base > 0 else "above"  # a run may log a loss of 0.0
@@ -206,6 +253,24 @@ class LossDivergence(Detector):
                     )
                 )
         return alerts
+
+    def _start_level(self, v: np.ndarray, steps: np.ndarray) -> tuple[int, float]:
+        """Take the run's first `rising_logs` values from `v` while they are missing; returns the
+        index in `v` of the first value past them and their median: NaN until they are all in,
+        or where the log does not show the run from its first interval (it began at a step past
+        the interval between its first two records)."""
+        if self._start is None:  # pickled before this rule: none until the next reset
+            return len(v), float("nan")
+        wanted = max(self.config.rising_logs, 1) - len(self._start)
+        if wanted > 0:
+            self._start += tuple(float(x) for x in v[:wanted])
+            self._start_steps += tuple(int(x) for x in steps[:wanted])
+        begun = max(wanted, 0)
+        first, *rest = self._start_steps or (0,)
+        from_beginning = first <= (rest[0] - first if rest else 1)
+        if wanted > len(v) or not from_beginning:
+            return begun, float("nan")
+        return begun, median(np.array(self._start))
 
     def _trend(self, joined: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
         """For each of `joined[start:]`: the median of the last `trend_window` logs (NaN before

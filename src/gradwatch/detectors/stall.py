@@ -9,9 +9,12 @@ no time (Megatron-DeepSpeed's iteration lines, Composer), the record's own logge
 the log interval is the time it took, and a hang that ended shows there too (Megatron's elapsed
 time per iteration is the interval's wall time over its iterations). A gap with a checkpoint load
 (or a start from random) in it is a crashed job that was requeued and resumed, not a hang: a clean
-restart raises nothing here (resume_regression judges what it resumed to). The limit is
-max(`factor` x the typical time between records, `floor_s`); until the log has shown its pace
-(a logged step time, or `min_gaps` timed records) nothing is judged. Live commands use the wall clock:
+restart raises nothing here (resume_regression judges what it resumed to). The pace is kept per
+step (a logged step time, or a gap between timed records over the steps it spans), and a gap is
+judged against the pace of as many steps as it covers: the limit is max(`factor` x the typical
+time per step x the steps between the two records, `floor_s`), so that the first interval of a
+`--log-interval 100` log is not held to one step's time. Until the log has shown its pace (a
+logged step time, or `min_gaps` timed records) nothing is judged. Live commands use the wall clock:
 `wall_clock_stall(now, last_step_at)` takes the clock from its caller (scan: the file's mtime when
 the last step was read), so the detector never reads the time itself and tests can set it.
 """
@@ -72,7 +75,7 @@ class Stall(Detector):
 
     def __init__(self, config: StallConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
-        self._gaps: deque[float] = deque(maxlen=self.config.history)  # seconds between records
+        self._gaps: deque[float] = deque(maxlen=self.config.history)  # seconds per step, record by record
         self._last: tuple[int, int, float] | None = None  # step, line, ts of the last timed record
         self._last_step: tuple[int, int] | None = None  # step, line of the last record
         self._interval = _NO_INTERVAL  # smallest step difference between records so far
@@ -83,10 +86,13 @@ class Stall(Detector):
         self._last_restart = -1  # line of the latest checkpoint-load / start-from-random line
 
     def limit(self) -> float:
-        """Seconds without a new step that count as a stall (inf until the usual pace is known)."""
+        """Seconds without a new step that count as a stall (inf until the usual pace is known):
+        the next record is due one log interval of steps after the last."""
         if len(self._gaps) < self.config.min_gaps:
             return float("inf")
-        return max(self.config.factor * median(np.asarray(self._gaps, dtype=np.float64)), self.config.floor_s)
+        steps = self._interval if self._interval != _NO_INTERVAL else 1
+        per_step = median(np.asarray(self._gaps, dtype=np.float64))
+        return max(self.config.factor * per_step * steps, self.config.floor_s)
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = columns(batch)
@@ -140,9 +146,11 @@ class Stall(Detector):
         last_l = np.concatenate([[self._last[1] if self._last else -1], lines])
         idx = np.where(np.concatenate([[self._last is not None], timed]), np.arange(len(ts) + 1), 0)
         idx = np.maximum.accumulate(idx)[:-1]  # for each record: the timed record before it
-        gap = np.where(timed & (steps > last_s[idx]), ts - last_t[idx], np.nan)
-        # the pace: a logged step time (times the steps it covers), else the gap of a timed record
-        pace = np.where(np.isfinite(step_time), step_time * covered, np.where(gap > 0, gap, np.nan))
+        span = steps - last_s[idx]  # steps between a record and the timed record before it
+        gap = np.where(timed & (span > 0), ts - last_t[idx], np.nan)
+        # the pace in seconds per step: a logged step time, else a timed record's gap over its steps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pace = np.where(np.isfinite(step_time), step_time, np.where(gap > 0, gap / span, np.nan))
         tail = np.array(self._gaps, dtype=float)
         values = pace[np.isfinite(pace)]
         joined = np.concatenate([tail, values])
@@ -153,11 +161,13 @@ class Stall(Detector):
         # step time (Megatron's interval mean, without timestamps, includes the hang)
         by_clock = np.isfinite(gap)
         took = np.where(by_clock, gap, np.where(forward, step_time * covered, np.nan))
+        spanned = np.where(by_clock, span, covered)  # the steps that time covers
         # a median only where the window's bounds leave the record's judgement in doubt
-        needed = known & (took > np.maximum(self._least_limit(joined, ends), cfg.floor_s))
-        medians = np.full(len(ends), np.nan)
-        medians[needed] = self._medians_through(joined, ends[needed])
-        limit = np.where(known, np.maximum(cfg.factor * medians, cfg.floor_s), np.inf)
+        with np.errstate(over="ignore", invalid="ignore"):  # a huge factor: inf, still a bound
+            needed = known & (took > np.maximum(self._least_limit(joined, ends) * spanned, cfg.floor_s))
+            medians = np.full(len(ends), np.nan)
+            medians[needed] = self._medians_through(joined, ends[needed])
+            limit = np.where(known, np.maximum(cfg.factor * medians * spanned, cfg.floor_s), np.inf)
         alerts = []
         for i in np.flatnonzero(took > limit).tolist():
             s0, l0 = (last_s[idx[i]], last_l[idx[i]]) if by_clock[i] else (prev_step[i], prev_line[i])
@@ -176,7 +186,7 @@ class Stall(Detector):
         return alerts
 
     def _least_limit(self, joined: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        """For each index in `ends`: the least `factor` x the median of the window
+        """For each index in `ends`: the least `factor` x the median (per step) of the window
         `_medians_through` takes can be: its smallest value's (`factor` is not negative)."""
         padded = np.concatenate([joined, [np.nan]])  # an index past the end: no value yet
         width = min(self.config.history, len(padded))
