@@ -380,3 +380,23 @@ def test_hostile_lines_give_no_record_and_no_error() -> None:
 def test_a_long_line_ends_a_block() -> None:
     _, rec, _ = _read("step: 4\nloss: 2.0\n" + "x" * 10_000 + "\nTotal params: 39,344\n")
     assert _steps(rec) == [4] and rec["line"].tolist() == [2]
+
+
+def test_tail_of_a_generic_log_alerts_on_what_a_running_job_appends(tmp_path: Path) -> None:
+    """A live `tail` of a log only the generic reader reads: a NaN appended later is alerted."""
+    from tests.test_tail import Tail
+
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"Iter {i}: Train loss {3 - i / 100:.3f}, Learning Rate 1e-4\n" for i in range(1, 31)))
+    tail = Tail(str(log), "--exit-on", "critical")
+    try:
+        tail.started()
+        with log.open("a") as f:
+            f.write("Iter 31: Train loss nan, Learning Rate 1e-4\n")
+        alert = tail.wait_for(lambda o: o["type"] == "alert" and o["detector"] == "nonfinite", what="NaN alert")
+        assert alert["step"] == 31 and alert["severity"] == "critical"
+        summary = tail.summary()
+    finally:
+        tail.close()
+    assert tail.proc.returncode == 1
+    assert summary["files"][0]["format"] == "generic"

@@ -41,7 +41,7 @@ from gradwatch.parsers.generic_fields import (
     progress,
     table_row,
 )
-from gradwatch.parsers.generic_names import EPOCH_RANK, PROGRESS_RANK, Names, counter_rank, loss_like
+from gradwatch.parsers.generic_names import EPOCH_RANK, PROGRESS_RANK, Names
 
 #: Lines longer than this are no metric lines (a config dump on one line, a tensor printed whole).
 MAX_LINE = 4096
@@ -73,15 +73,14 @@ class _Reading:
 
     def add(self, names: Names, item: Field, prefix: str = "") -> None:
         """Read one named number: a counter, a metric, or nothing we know."""
-        key = prefix + item.key.rstrip(".")
-        rank = counter_rank(key)
+        meaning = names.meaning(prefix + item.key.rstrip("."))
+        rank, metric = meaning.rank, meaning.metric
         if rank is not None:
             if item.value.isdigit() and len(item.value) <= _MAX_STEP_DIGITS:
                 self.count(item.key, rank, int(item.value))
             else:
                 self.garbled = True
             return
-        metric = names.metric(key)
         try:
             value = number(item.value)
         except ValueError:
@@ -92,7 +91,7 @@ class _Reading:
             self.metrics[metric.name] = metric.value(value, item.unit)
             if not math.isfinite(value):
                 self.nonfinite.append(metric.name)
-        elif self.loss_like is None and not item.unit and loss_like(key):
+        elif self.loss_like is None and not item.unit and meaning.loss_like:
             self.loss_like = (value, not math.isfinite(value))
 
     def finish(self) -> None:

@@ -103,6 +103,16 @@ class Metric:
         return number * self.scale
 
 
+@dataclass(frozen=True)
+class Meaning:
+    """What a printed name is: a counter (its rank), a metric, or a loss of the trainer's own
+    naming (`loss_like`); all None/False for a name we do not know."""
+
+    rank: int | None = None
+    metric: Metric | None = None
+    loss_like: bool = False
+
+
 class Names:
     """The synonym table in force: the built-in one and a config's additions."""
 
@@ -115,16 +125,16 @@ class Names:
                 )
             table[norm(key)] = target
         self._table = table
-        self._cache: dict[str, Metric | None] = {}
+        self._cache: dict[str, Meaning] = {}
 
-    def metric(self, key: str) -> Metric | None:
-        """The metric a printed name stands for, or None."""
-        found = self._cache.get(key, ...)
-        if found is not ...:
-            return found  # type: ignore[return-value]
-        found = self._lookup(norm(key))
-        if len(self._cache) < 4096:
-            self._cache[key] = found
+    def meaning(self, key: str) -> Meaning:
+        """What a printed name stands for (names are cached: a log repeats its few keys)."""
+        found = self._cache.get(key)
+        if found is None:
+            name = norm(key)
+            found = Meaning(COUNTERS.get(name), self._lookup(name), _loss_like(name))
+            if len(self._cache) < 4096:
+                self._cache[key] = found
         return found
 
     def _lookup(self, name: str) -> Metric | None:
@@ -139,13 +149,8 @@ class Names:
         return Metric(target) if target else None
 
 
-def counter_rank(key: str) -> int | None:
-    """The rank of a counter's name (lower is finer), or None when the name is no counter."""
-    return COUNTERS.get(norm(key))
-
-
-def loss_like(key: str) -> bool:
-    """A name that holds a training loss of the trainer's own naming (`closs`, `loss_disc`,
-    `aeloss_step`): where a line has no loss of a known name, the first such one stands in."""
-    name = norm(key)
+def _loss_like(name: str) -> bool:
+    """A (normalised) name that holds a training loss of the trainer's own naming (`closs`,
+    `loss_disc`, `aeloss_step`): where a line has no loss of a known name, the first such one
+    stands in."""
     return "loss" in name and not any(word in name for word in _NOT_TRAINING)
