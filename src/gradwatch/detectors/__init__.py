@@ -13,6 +13,7 @@ from gradwatch.detectors.grad_norm_spike import GradNormSpike
 from gradwatch.detectors.logit_norm_drift import LogitNormDrift
 from gradwatch.detectors.loss_collapse import LossCollapse
 from gradwatch.detectors.loss_divergence import LossDivergence
+from gradwatch.detectors.loss_plateau import LossPlateau
 from gradwatch.detectors.loss_scale_collapse import LossScaleCollapse
 from gradwatch.detectors.loss_spike import LossSpike
 from gradwatch.detectors.nonfinite import Nonfinite
@@ -71,6 +72,7 @@ for _cls in (
     LossSpike,
     LossDivergence,
     LossCollapse,
+    LossPlateau,
     LossScaleCollapse,
     SkippedSteps,
     ResumeRegression,

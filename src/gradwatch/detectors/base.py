@@ -148,6 +148,14 @@ class Detector(ABC):
             path=self.path,
         )
 
+    @staticmethod
+    def escalated(alert: Alert, first_step: int | None) -> Alert:
+        """`alert` as the escalation of the open incident that began at `first_step` (an
+        `Incident.scan` "escalate"): its message says that it is the same incident, grown worse."""
+        since = "" if first_step is None else f", since step {first_step}"
+        message = f"{alert.message} (escalated to {alert.severity}: same incident{since})"
+        return dataclasses.replace(alert, message=message)
+
 
 def _num(v: float | None) -> float | None:
     return None if v is None else float(v)
@@ -257,11 +265,15 @@ SMALL_BATCH = 8
 
 
 class Incident:
-    """One alert per incident: open on the first hit, closed after `quiet` clean rows.
+    """One alert per incident and severity: open on the first hit, closed after `quiet` clean rows.
 
     `hit(index)` returns True when the hit opens a new incident (the caller raises its alert);
     `closes_before(index)` tells whether the open incident ended before row `index`. Row indices
     count finite rows of the detector's metric over the whole stream, so batch edges do not matter.
+
+    An incident that grows worse escalates (`scan` with severities): a hit above every severity
+    raised for the open incident is one more alert, so that a grad norm going from 20x to 5,000x
+    its baseline reaches `--exit-on critical`; a hit at a severity already raised stays quiet.
     """
 
     def __init__(self, quiet: int) -> None:
@@ -269,6 +281,7 @@ class Incident:
         self.open = False
         self.first_step: int | None = None
         self.last_hit = -1
+        self.severity = Severity.INFO  # the highest raised for the open incident
 
     def closes_before(self, index: int) -> bool:
         return self.open and index - self.last_hit > self.quiet
@@ -285,20 +298,29 @@ class Incident:
         self.open = False
         return self.first_step
 
-    def scan(self, start: int, n: int, hits: np.ndarray, steps: np.ndarray) -> list[tuple[str, int, int | None]]:
+    def scan(
+        self, start: int, n: int, hits: np.ndarray, steps: np.ndarray, severities: np.ndarray | None = None
+    ) -> list[tuple[str, int, int | None]]:
         """Walk one batch of `n` rows (global indices start..start+n-1) with hits at `hits`.
 
         Returns ("open", position, step) for each hit that opens an incident and ("close",
         position, first step of the incident) for the row at which an open incident has been
-        quiet long enough.
+        quiet long enough. With `severities` (a `Severity` value per hit), also ("escalate",
+        position, first step of the incident) for a hit that is worse than any raised for its
+        incident: at most one alert per severity and incident.
         """
         out: list[tuple[str, int, int | None]] = []
-        for pos in hits.tolist():
+        levels = [Severity.INFO] * len(hits) if severities is None else severities.tolist()
+        for pos, level in zip(hits.tolist(), levels, strict=True):
             index = start + pos
             if self.closes_before(index):
                 out.append(("close", self.last_hit + self.quiet + 1 - start, self.close()))
             if self.hit(index, int(steps[pos])):
+                self.severity = Severity(level)
                 out.append(("open", pos, int(steps[pos])))
+            elif level > self.severity:
+                self.severity = Severity(level)
+                out.append(("escalate", pos, self.first_step))
         if self.open and self.last_hit + self.quiet + 1 < start + n:
             out.append(("close", self.last_hit + self.quiet + 1 - start, self.close()))
         return out

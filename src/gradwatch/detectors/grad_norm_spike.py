@@ -7,6 +7,10 @@ baseline. A grad norm of exactly 0 (not computed, or an overflow-skipped step) a
 repeats the previous one exactly (Megatron-DeepSpeed reprints the last norm on skipped steps) are
 ignored. A gap in the step numbers much larger than the log interval restarts the baseline: an
 excerpt that jumps thousands of steps ahead compares nothing with stale history.
+
+Severity: `critical_ratio` times the median or more is critical, less a warning, one level lower
+in the first `startup_steps` steps. A spike that grows within its incident escalates once per
+level (`Incident`): 20x then 5,000x is a warning, then a critical alert.
 """
 
 from __future__ import annotations
@@ -103,10 +107,13 @@ class GradNormSpike(Detector):
             if excess[cand] / sigma >= cfg.z_alert:
                 hits.append(cand)
                 sigmas[cand] = sigma
+        at = np.array(hits, dtype=int)
+        levels = self._severities(logv[at] - med[at], steps[at])
+        level_at = dict(zip(at.tolist(), levels.tolist(), strict=True))
         alerts: list[Alert] = []
         start = self._seen
         self._seen += len(logv)
-        for kind, pos, first in self._incident.scan(start, len(logv), np.array(hits, dtype=int), steps):
+        for kind, pos, first in self._incident.scan(start, len(logv), at, steps, levels):
             if kind == "close":
                 alerts.append(
                     self.alert(
@@ -123,23 +130,25 @@ class GradNormSpike(Detector):
                 )
                 continue
             value, base = math.exp(logv[pos]), math.exp(med[pos])
-            ratio = value / base
-            sev = Severity.CRITICAL if ratio >= cfg.critical_ratio else Severity.WARNING
-            if steps[pos] <= cfg.startup_steps:
-                sev = Severity.INFO
             sigma_text = f", {excess[pos] / sigmas[pos]:.0f} sigma" if pos in sigmas else ""
-            alerts.append(
-                self.alert(
-                    sev,
-                    steps[pos],
-                    lines[pos],
-                    "grad_norm",
-                    value,
-                    base,
-                    base * min(cfg.short_ratio, cfg.min_ratio),
-                    f"grad norm {value:.4g} is {ratio:.1f}x its recent median {base:.4g}{sigma_text}",
-                    "a loss spike often follows within a few steps: check the data batch at this step, "
-                    "lower the learning rate or tighten gradient clipping; with fp16, watch the loss scale",
-                )
+            alert = self.alert(
+                Severity(level_at[pos]),
+                steps[pos],
+                lines[pos],
+                "grad_norm",
+                value,
+                base,
+                base * min(cfg.short_ratio, cfg.min_ratio),
+                f"grad norm {value:.4g} is {value / base:.1f}x its recent median {base:.4g}{sigma_text}",
+                "a loss spike often follows within a few steps: check the data batch at this step, "
+                "lower the learning rate or tighten gradient clipping; with fp16, watch the loss scale",
             )
+            alerts.append(self.escalated(alert, first) if kind == "escalate" else alert)
         return alerts
+
+    def _severities(self, log_ratios: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Per spike: critical at `critical_ratio` times the median or more, else a warning; one
+        level lower in the start-up window (optimizer warm-up), so that 100x there still warns."""
+        cfg = self.config
+        levels = np.where(np.exp(log_ratios) >= cfg.critical_ratio, Severity.CRITICAL, Severity.WARNING)
+        return levels - (steps <= cfg.startup_steps)  # type: ignore[no-any-return]
