@@ -491,7 +491,7 @@ def test_hf_trainer_dict_glued_after_tqdm_bar_takes_the_bar_count() -> None:
     )
     stream, batch = run(text)
     assert stream.format == "hf_trainer"
-    assert list(batch.records.step) == [380, 390, 391]
+    assert list(batch.records.step) == [380, 390, 400]  # the last dict: `logging_steps` after the one before
     assert batch.records.nonfinite[1] == "grad_norm"
     assert_same(run(text, chunk=1)[1], batch)
 

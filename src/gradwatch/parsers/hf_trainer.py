@@ -11,15 +11,19 @@ Line shapes covered:
     {'train_runtime': 601.2, ..., 'train_loss': 2.7}           final summary: skipped
       Continuing training from global step 1200                resume (INFO verbosity only)
 
-The dict is read with a regex over `'key': value` pairs, never with eval(). It has no step, so:
+The dict is read with a regex over `'key': value` pairs, never with eval(). Its step is the
+optimizer step where the log tells it (`hf_steps`):
 
-- if a tqdm bar was printed earlier on the same physical line (the `\\r`-separated updates before
-  the dict, or a bar glued in front of it), its count is the step: the Trainer updates the bar to
-  `global_step` before it logs;
-- otherwise the step is one more than the previous training dict's (1, 2, 3, ... when no bar is
-  ever seen): the ordinal of the logged dict, not `global_step` (that is ordinal x logging_steps).
-  A bar on an earlier line is not used: in excerpts and line-buffered captures it is a stale
-  snapshot (the esm2 sample prints `18/97` after the dict of step 16 and before the one of 32).
+- a tqdm bar printed earlier on the same physical line (the `\\r`-separated updates before the
+  dict, or a bar glued in front of it): the Trainer updates the bar to `global_step` before it logs;
+- a `global_step` or `step` key in the dict;
+- DeepSpeed's `step=N, skipped=K` counter since the previous dict, if newer than it;
+- else the previous dict's step plus the steps between the last two dicts told theirs (1 until
+  then: the dict's ordinal). `layout` says which the file's steps are.
+
+A bar on an earlier line is not used: in excerpts and line-buffered captures it is a stale
+snapshot (a capture may print `18/97` after the dict of step 16 and before the one of 32, or each
+dict's own count after it, which is the previous dict's count before the next one).
 
 Eval dicts take the step of the latest training dict. After `Continuing training from global step
 N`, a count already past N (logging every step, the run had logged steps after its checkpoint
@@ -41,6 +45,7 @@ from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import is_nonfinite, number
 from gradwatch.parsers.base import Block, BulkTrack, Hits, ParseOutput, Parser, TableHits, number_table
 from gradwatch.parsers.hf_rows import Layout, find, lines_holding
+from gradwatch.parsers.hf_steps import COUNTER, Count, counted_steps, counters_in
 
 _Q = "'\u2018\u2019\""
 # 'key': value; value = quoted string | bare token, maybe wrapped: tensor(...), np.float64(...)
@@ -48,6 +53,11 @@ _PAIR = re.compile(rf"[{_Q}]([^{_Q}]+)[{_Q}]\s*:\s*(?:[\w.]*\()?\s*([{_Q}][^{_Q}
 _BAR = re.compile(r"\|\s*(\d{1,18})/(\d+)\s*\[")
 _LOSSES = frozenset(("loss", "val_loss", "grad_norm"))
 _CONTINUING = re.compile(r"Continuing training from global step (\d{1,18})\b")
+#: keys of a dict that tell its step
+_STEP_KEYS = ("global_step", "step")
+#: `layout` of a file whose dicts' steps the log told (one at least), or did not
+_TOLD = "optimizer steps"
+_ORDINAL = "steps: dict ordinals"
 
 _KEYS: dict[str, str] = {
     "loss": "loss",
@@ -114,6 +124,8 @@ def _compile_template(pairs: list[tuple[str, str]], text: str) -> _Template | No
     keys = tuple(k for k, _ in pairs)
     if len(set(keys)) != len(keys) or not all(_PLAIN_KEY.match(k) for k in keys) or "eval_loss" in keys:
         return None
+    if any(k in keys for k in _STEP_KEYS):
+        return None  # its step is read one by one
     body = _body(keys)
     line = re.compile(body, re.ASCII)
     if "loss" not in keys or not line.fullmatch(text):
@@ -142,6 +154,19 @@ def _metrics(pairs: list[tuple[str, str]]) -> dict[str, float]:
     return metrics
 
 
+def _told_step(pairs: list[tuple[str, str]]) -> int | None:
+    """The step a dict's `global_step` or `step` key tells, if it holds a whole number."""
+    for key, value in pairs:
+        if key in _STEP_KEYS:
+            try:
+                step = number(value)
+            except ValueError:
+                continue
+            if step.is_integer() and 0 <= step < 2**63:
+                return int(step)
+    return None
+
+
 def _is_eval(metrics: dict[str, float]) -> bool:
     """An evaluation record: it takes the latest training dict's step (one whose `eval_loss` is
     no number is counted as a training dict, if it has another loss)."""
@@ -157,11 +182,20 @@ def _safe_eval(text: str, start: int, end: int) -> bool:
 
 class HfTrainerParser(Parser):
     name = "hf_trainer"
-    scan = rf"\{{|{_RESUME}"
+    scan = rf"\{{|{_RESUME}|\bstep=\d"
     description = "Hugging Face Trainer `{'loss': ..., 'grad_norm': ..., 'learning_rate': ...}` dicts"
     #: the dict count and the global step at the latest resume (none: the run's start), which a
     #: guess counts on from (`guess`); a class default, for parsers pickled in older scan states
     _resumed_at: tuple[int, int] = (0, 0)
+    #: the rest of the count after the latest training dict (`hf_steps.Count`, whose step is
+    #: `_step`) and DeepSpeed's latest counter since it; class defaults for older pickles
+    _stride = 1
+    _told = False
+    _fresh: int | None = None
+    #: the state after each hit of the latest `bulk_matches` (positions, strides, told) and the hit
+    #: whose state `bulk_passed` set last
+    _bulk_state: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    _passed: tuple[object, int] | None = None
 
     def __init__(self) -> None:
         self._step = 0  # step of the latest training dict (0 before the first: the next one is 1)
@@ -199,6 +233,11 @@ class HfTrainerParser(Parser):
             if "%|" in text:
                 self._see_bar(text, line)  # a `\r` piece before a dict on the same physical line
                 return False  # a bar is nobody's record; others may still read the line
+            if "step=" in text:
+                counter = COUNTER.search(text)
+                if counter:
+                    self._fresh = int(counter.group(1))
+                return False  # DeepSpeed's line: its parser reads it
             if _RESUME in text:
                 return self._resume(text, line, ts, out)
             return False
@@ -225,15 +264,15 @@ class HfTrainerParser(Parser):
             # only custom keys still has `epoch` and is consumed
             return "epoch" in keys
         is_eval = _is_eval(metrics)
-        bar_step = self._bar[1] if self._bar is not None and self._bar[0] == line else None
-        if bar_step is not None:
-            step = bar_step
-        elif is_eval:
-            step = self._step
+        told = _told_step(pairs)
+        if told is None and self._bar is not None and self._bar[0] == line:
+            told = self._bar[1]
+        if is_eval:
+            step = self._step if told is None else told
         else:
-            step = self._step + 1
-        if not is_eval:
-            self._step = step
+            count = self._count()
+            self._set(count.after(self._fresh) if told is None else count.at(told))
+            step = self._step
             self._learn(pairs, text[: end + 1])
             self._bulk.passed()
         nonfinite = [k for k, v in metrics.items() if is_nonfinite(v)]
@@ -242,10 +281,22 @@ class HfTrainerParser(Parser):
             out.event(EventKind.VALIDATION, line, step, ts, val_loss=metrics["val_loss"])
         return True
 
+    def _count(self) -> Count:
+        return Count(self._step, self._stride, self._told)
+
+    def _set(self, count: Count) -> None:
+        """The count after a training dict: DeepSpeed's counter is used up."""
+        self._step, self._stride, self._told, self._fresh = count.step, count.stride, count.told, None
+        if count.told:
+            self.layout = _TOLD
+        elif self.layout is None:
+            self.layout = _ORDINAL
+
     def _resume(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         m = _CONTINUING.search(text)
         if m:
             step = int(m.group(1))
+            self._fresh, self._told = None, False  # the dead run's counter; no stride across the gap
             if self._step > step:
                 self._step = step  # the dicts logged after step N are replayed: count on from N
             self._resumed_at = (self._step, step)
@@ -267,7 +318,9 @@ class HfTrainerParser(Parser):
         """Once the file is locked to this parser, its count of training dicts and whether the
         stream's step is that count: all a dict takes from the lines before it but for a tqdm bar
         or a resume line, which a segment's warm-up reads. (Before, the file is not split.)"""
-        return (self._step, self._desync, out.last_step) if self._bulk.locked else None
+        if not self._bulk.locked:
+            return None
+        return (self._step, self._stride, self._told, self._fresh, self._desync, out.last_step)
 
     def hint(self) -> object | None:
         return self._resumed_at if self._resumed_at != (0, 0) else None
@@ -291,11 +344,12 @@ class HfTrainerParser(Parser):
             return
         every = counts[1] - counts[0] if len(counts) == 2 and counts[1] > counts[0] else 1
         count, resumed_step = self._resumed_at
-        if counts[0] % every == 0 and counts[0] > resumed_step:
+        if counts[0] % every == 0 and counts[0] > resumed_step and not COUNTER.search(text):
             first = count + counts[0] // every - resumed_step // every
-        else:
+        else:  # (DeepSpeed's counters tell the dicts' steps, which the bars count)
             first = counts[0]
         self._step = out.last_step = first - 1
+        self._stride, self._told, self._fresh = 1, False, None  # the lines read next tell them
         self._desync = False
 
     def can_bulk(self) -> bool:
@@ -307,16 +361,41 @@ class HfTrainerParser(Parser):
     def bulk_matches(self, block: Block) -> TableHits:
         """Dicts of the template's shape alone on their lines, up to the first line that could
         change the count (the bulk path; see LogStream and the module docstring), found by RE2
-        (`hf_rows`): each is the next step."""
+        (`hf_rows`), each counted on (`hf_steps`) after DeepSpeed's counters before it."""
         template = self._bulk_template = self._template
         if template is None or not self.can_bulk():
             self._bulk.handed(0, retry=False)
             return TableHits.empty(0)
         found = _dicts(template, block)
-        taken = self._cut(block, found)
+        at, odd = _counters(block)
+        taken = min(self._cut(block, found), int(np.searchsorted(found.at, odd)))
         self._bulk.handed(taken, retry=taken < len(found))
-        steps = self._step + 1 + np.arange(taken, dtype=np.int64)
-        return TableHits(found.at[:taken], found.line_starts[:taken], steps, found.values[:taken])
+        hits = found.subset(np.arange(taken))
+        counters = np.full(taken, -1, dtype=np.int64)
+        if len(at[0]):
+            latest = np.searchsorted(at[0], hits.at) - 1  # each dict's latest counter before it
+            new = latest > np.concatenate([[-1], latest[:-1]])  # since the dict before
+            counters[new] = at[1][latest[new]]
+        if taken and counters[0] < 0 and self._fresh is not None:
+            counters[0] = self._fresh
+        hits.steps, strides, told = counted_steps(self._count(), counters)
+        self._bulk_state = (hits.at, strides, told)
+        return hits
+
+    def bulk_passed(self, hits: Hits, k: int) -> None:
+        """The next line read one by one comes after bulk dict `k`: the count is as after it (once:
+        a counter read one by one since is kept)."""
+        state = self._bulk_state
+        passed = self._passed
+        if state is None or (passed is not None and passed[0] is state and passed[1] == k):
+            return
+        self._passed = (state, k)
+        self._take(state, k, hits.step(k))
+
+    def _take(self, state: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, step: int) -> None:
+        """The count after bulk dict `k` of `bulk_matches`' latest, whose step is `step`."""
+        _, strides, told = state
+        self._set(Count(step, int(strides[k]), bool(told[k])))
 
     def _cut(self, block: Block, found: TableHits) -> int:
         """How many of the dicts `found` come before the first line that must be read one by one
@@ -341,9 +420,42 @@ class HfTrainerParser(Parser):
         metrics = {name: hits.values[:, j] for j, name in enumerate(template.names)}
         nonfinite = np.full(n, "", dtype=object)  # no nan or inf in a bulk dict
         out.record_columns(self.name, steps, linenos, np.full(n, np.nan), metrics, nonfinite)
-        if self._bulk.newest(linenos):
-            self._step = int(steps[-1])
+        if self._bulk.newest(linenos) and self._bulk_state is not None:
+            state = self._bulk_state
+            self._take(state, int(np.searchsorted(state[0], hits.at[-1])), int(steps[-1]))
+        elif n and self.layout is None:
+            self.layout = _ORDINAL  # (the count it holds says so already, but for the first dicts)
         self._bulk.count(self.name, out)
+
+
+def _counters(block: Block) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    """DeepSpeed's counters in a block, as the lines read one by one give them to the parser:
+    (where each begins, its count), the first of each line; and where the first line begins that
+    only the per-line path reads as it should (a bar, a dict, a redraw, an escape on it), or the
+    block's length."""
+    text = block.text
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)), len(text)
+    if "step=" not in text:
+        return none
+    found = counters_in(text)
+    if not found:
+        return none
+    at = np.array([a for a, _ in found], dtype=np.int64)
+    lines = np.searchsorted(block.newlines, at)
+    first = np.diff(lines, prepend=-1) > 0
+    at, lines = at[first], lines[first]
+    starts = line_starts(block.newlines, lines).tolist()
+    odd = next(
+        (a for a, b in zip(starts, block.newlines[lines].tolist(), strict=True) if _odd_counter_line(text[a:b])),
+        len(text),
+    )
+    counts = np.array([c for c, keep in zip((c for _, c in found), first.tolist(), strict=True) if keep])
+    return (at, counts.astype(np.int64)), odd
+
+
+def _odd_counter_line(line: str) -> bool:
+    """A counter's line that `_parse` reads otherwise than as a counter alone (or that cleaning changes)."""
+    return any(c in line for c in "{%\r\x1b")
 
 
 def _dicts(template: _Template, block: Block) -> TableHits:
