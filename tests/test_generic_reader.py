@@ -400,3 +400,15 @@ def test_tail_of_a_generic_log_alerts_on_what_a_running_job_appends(tmp_path: Pa
         tail.close()
     assert tail.proc.returncode == 1
     assert summary["files"][0]["format"] == "generic"
+
+
+def test_a_line_that_says_it_reports_an_evaluation_gives_a_validation_loss() -> None:
+    _, rec, _ = _read(
+        "epoch 001 | loss 9.2 | ppl 588 | num_updates 1000\n"
+        "epoch 001 | valid on 'valid' subset | loss 9.6 | ppl 776 | num_updates 1000\n"
+        "Evaluating: step 2000 loss=nan\n"
+    )
+    assert _steps(rec) == [1000, 1000, 2000]
+    assert _values(rec, "loss")[0] == 9.2 and math.isnan(rec["loss"].iloc[1])
+    assert _values(rec, "val_loss")[1] == 9.6
+    assert rec["nonfinite"].tolist() == ["", "", "val_loss"]

@@ -36,6 +36,7 @@ from gradwatch.parsers.generic_fields import (
     csv_cells,
     fields,
     is_border,
+    is_evaluation,
     is_name,
     is_number,
     progress,
@@ -66,6 +67,8 @@ class _Reading:
     loss_like: tuple[float, bool] | None = None
     #: a counter printed with a value that cannot be a step (a fraction, more digits than int64)
     garbled: bool = False
+    #: where the loss's name begins in the line
+    loss_at: int = 0
 
     def count(self, key: str, rank: int, step: int) -> None:
         if rank < self.rank:
@@ -89,10 +92,13 @@ class _Reading:
             if metric.name in self.metrics or (metric.name in _UNITLESS and item.unit):
                 return
             self.metrics[metric.name] = metric.value(value, item.unit)
+            if metric.name == "loss":
+                self.loss_at = item.at
             if not math.isfinite(value):
                 self.nonfinite.append(metric.name)
         elif self.loss_like is None and not item.unit and meaning.loss_like:
             self.loss_like = (value, not math.isfinite(value))
+            self.loss_at = item.at
 
     def finish(self) -> None:
         """Where no loss has a known name, the first of the trainer's own naming stands in."""
@@ -101,6 +107,12 @@ class _Reading:
             self.metrics["loss"] = value
             if bad:
                 self.nonfinite.append("loss")
+
+    def relabel_as_evaluation(self) -> None:
+        """The line reports an evaluation: its loss is a validation loss."""
+        loss = self.metrics.pop("loss")
+        self.metrics.setdefault("val_loss", loss)
+        self.nonfinite = ["val_loss" if name == "loss" else name for name in self.nonfinite]
 
     @property
     def judged(self) -> bool:
@@ -176,8 +188,9 @@ class GenericParser(Parser):
             elif reading.step is None and self._pending is None:  # a bar on its own: its count
                 reading.count("bar", PROGRESS_RANK, bar.n)
         reading.finish()
-        shape = _shape(items)
-        return self._write(reading, line, ts, out, shape)
+        if "loss" in reading.metrics and is_evaluation(text, reading.loss_at):
+            reading.relabel_as_evaluation()
+        return self._write(reading, line, ts, out, _shape(items))
 
     # -- blocks of rows (tables, one `key: value` per line) -----------------------------------
 

@@ -56,6 +56,8 @@ class Field:
     unit: str = ""
     #: what stands between key and value: `:`, `=` or a space (for the layout the reader reports)
     sep: str = " "
+    #: where the key begins in the line
+    at: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,20 @@ class Progress:
 
 def fields(text: str) -> list[Field]:
     """The named numbers of a line, in order."""
-    return [Field(m["key"].strip(), m["value"], m["unit"], m["sep"].strip() or " ") for m in _PAIR.finditer(text)]
+    return [
+        Field(m["key"].strip(), m["value"], m["unit"], m["sep"].strip() or " ", m.start("key"))
+        for m in _PAIR.finditer(text)
+    ]
+
+
+#: a word that makes a line an evaluation's, where it stands before the line's first metric
+#: (fairseq's `| valid on 'valid' subset | loss 4.1 | ...`, `Evaluating: ... loss=...`)
+_EVALUATION = re.compile(r"(?i)\b(?:valid|validation|validating|eval|evaluation|evaluating|test|testing)\b")
+
+
+def is_evaluation(text: str, before: int) -> bool:
+    """Whether the line's text before position `before` says it reports an evaluation."""
+    return bool(_EVALUATION.search(text, 0, before))
 
 
 def progress(text: str) -> Progress | None:
