@@ -34,12 +34,13 @@ def _check(tmp_path: Path, lines: list[str]) -> list[tuple[str, str, int | None,
     ]
 
 
-def _records(first: int, count: int) -> list[str]:
+def megatron_records(first: int, count: int) -> list[str]:
+    """`count` healthy Megatron records, steps `first`, `first + 10`, ..."""
     return [megatron_line(first + s - 10, loss, g) for s, loss, g in run_values(count)]
 
 
 def test_the_tracebacks_of_every_rank_are_one_alert_at_the_first_exception(tmp_path: Path) -> None:
-    lines = _records(10, 50) + ranks(ECC, 8)
+    lines = megatron_records(10, 50) + ranks(ECC, 8)
     found = _check(tmp_path, lines)
     message = f"trainer error at step 500: {ECC[-1]}"
     assert found == [("trainer_error", "critical", 500, 50 + 4 * 8 - 7, message)], found
@@ -49,7 +50,7 @@ def test_a_crash_after_a_resume_is_a_new_incident(tmp_path: Path) -> None:
     """Errors up to the next training record are one crash; the resumed run's crash is another."""
     cuda = "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"
     timeout = "[rank0]:[E ProcessGroupNCCL.cpp:1316] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7)"
-    lines = [*_records(10, 30), *ECC, cuda, *_records(300, 20), timeout, timeout]
+    lines = [*megatron_records(10, 30), *ECC, cuda, *megatron_records(300, 20), timeout, timeout]
     found = _check(tmp_path, lines)
     assert [(d, s, step, line) for d, s, step, line, _ in found] == [
         ("trainer_error", "critical", 300, 34),
@@ -61,7 +62,7 @@ def test_a_crash_after_a_resume_is_a_new_incident(tmp_path: Path) -> None:
 
 
 def test_an_error_before_the_first_step_says_so(tmp_path: Path) -> None:
-    lines = ["using world size: 8", *ECC[:-1], "ModuleNotFoundError: No module named 'apex'", *_records(10, 5)]
+    lines = ["using world size: 8", *ECC[:-1], "ModuleNotFoundError: No module named 'apex'", *megatron_records(10, 5)]
     found = _check(tmp_path, lines)
     message = "trainer error before the first step: ModuleNotFoundError: No module named 'apex'"
     assert [(d, step, line, m) for d, _, step, line, m in found] == [
@@ -74,13 +75,13 @@ def test_nan_errors_are_nonfinite_s_alone(tmp_path: Path) -> None:
     nan = (
         "RuntimeError: Rank 0, device 0, iteration 500: Unexpected result nan (message='found NaN in local grad norm')"
     )
-    found = _check(tmp_path, [*_records(10, 50), nan])
+    found = _check(tmp_path, [*megatron_records(10, 50), nan])
     assert [(d, step) for d, _, step, _, _ in found] == [("nonfinite", 500)], found
 
 
 def test_the_detector_can_be_turned_off(tmp_path: Path) -> None:
     log = tmp_path / "run.log"
-    log.write_text("\n".join(_records(10, 50) + ECC) + "\n")
+    log.write_text("\n".join(megatron_records(10, 50) + ECC) + "\n")
     config = tmp_path / "c.yaml"
     config.write_text("detectors:\n  trainer_error:\n    enabled: false\n")
     p = no_traceback(run_cli("check", "--config", str(config), "--output", "json", str(log)))
@@ -113,11 +114,17 @@ IGNORED = [
 
 def test_an_exception_python_ignored_is_no_error(tmp_path: Path) -> None:
     """`Exception ignored in: ...` and its traceback, as a DataLoader prints at shutdown: not a crash."""
-    assert _check(tmp_path, [*_records(10, 50), *ranks(IGNORED, 4)]) == []
+    assert _check(tmp_path, [*megatron_records(10, 50), *ranks(IGNORED, 4)]) == []
 
 
 def test_an_ignored_exception_without_a_traceback_does_not_hide_the_next_crash(tmp_path: Path) -> None:
-    lines = [*_records(10, 30), IGNORED[0], "TypeError: 'NoneType' object is not callable", *_records(310, 20), *ECC]
+    lines = [
+        *megatron_records(10, 30),
+        IGNORED[0],
+        "TypeError: 'NoneType' object is not callable",
+        *megatron_records(310, 20),
+        *ECC,
+    ]
     found = _check(tmp_path, lines)
     assert [(d, step, line) for d, _, step, line, _ in found] == [("trainer_error", 500, 56)], found
 
@@ -125,7 +132,7 @@ def test_an_ignored_exception_without_a_traceback_does_not_hide_the_next_crash(t
 def test_an_error_after_the_trainer_finished_is_a_warning(tmp_path: Path) -> None:
     """Training is done; the save or upload after it may not be."""
     upload = "huggingface_hub.errors.HfHubHTTPError: 503 Server Error: Service Unavailable for url"
-    lines = [*_records(10, 50), "[after training is done] datetime: 2024-03-02 08:00:00", *ECC[:-1], upload]
+    lines = [*megatron_records(10, 50), "[after training is done] datetime: 2024-03-02 08:00:00", *ECC[:-1], upload]
     found = _check(tmp_path, lines)
     message = f"error after the run ended: {upload}"
     assert [(d, s, step, m) for d, s, step, _, m in found] == [("trainer_error", "warning", 500, message)], found
@@ -159,7 +166,7 @@ def test_tracebacks_as_launchers_and_libraries_print_them(tmp_path: Path, crash:
     """Found by QA: srun's label ate the frames' indentation (or, padded, was not stripped), a
     bar before `Traceback` hid it, exception names not ending in Error were not one, and a path
     with `nanogpt` in it was taken for a NaN report."""
-    found = _check(tmp_path, [*_records(10, 50), *crash])
+    found = _check(tmp_path, [*megatron_records(10, 50), *crash])
     exception = crash[-1].split(": ", 1)[-1] if crash[-1].startswith(("0: ", " 3: ")) else crash[-1]
     assert [(d, s, step, m) for d, s, step, _, m in found] == [
         ("trainer_error", "critical", 500, f"trainer error at step 500: {exception}")
@@ -168,7 +175,7 @@ def test_tracebacks_as_launchers_and_libraries_print_them(tmp_path: Path, crash:
 
 def test_the_log_ending_inside_a_traceback_is_a_crash(tmp_path: Path) -> None:
     """The process was killed while printing it: no exception line, but a crash all the same."""
-    found = _check(tmp_path, [*_records(10, 50), *ECC[:-1]])
+    found = _check(tmp_path, [*megatron_records(10, 50), *ECC[:-1]])
     message = f"trainer error at step 500: a traceback cut short after {ECC[1].strip()}"
     assert [(d, s, step, line, m) for d, s, step, line, m in found] == [
         ("trainer_error", "critical", 500, 53, message)
@@ -178,12 +185,12 @@ def test_the_log_ending_inside_a_traceback_is_a_crash(tmp_path: Path) -> None:
 def test_ctrl_c_and_a_launchers_sigterm_are_no_crash(tmp_path: Path) -> None:
     interrupted = [*ECC[:-1], "KeyboardInterrupt"]
     sigterm = "[2022-10-31 10:55:14,192] [INFO] [launch.py:295:sigkill_handler] Main process received SIGTERM, exiting"
-    assert _check(tmp_path, [*_records(10, 50), *ranks(interrupted, 4), sigterm]) == []
+    assert _check(tmp_path, [*megatron_records(10, 50), *ranks(interrupted, 4), sigterm]) == []
 
 
 def test_a_requeued_job_failing_again_before_its_first_record_is_a_crash_of_its_own(tmp_path: Path) -> None:
     missing = "FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/iter_0000500/mp_rank_00'"
-    lines = [*_records(10, 50), *ECC, " loading checkpoint from /ckpt at iteration 500", *ECC[:-1], missing]
+    lines = [*megatron_records(10, 50), *ECC, " loading checkpoint from /ckpt at iteration 500", *ECC[:-1], missing]
     found = _check(tmp_path, lines)
     assert [(s, step, line) for _, s, step, line, _ in found] == [("critical", 500, 54), ("critical", 500, 59)], found
 
@@ -193,8 +200,14 @@ def test_an_error_long_after_the_end_is_a_warning_however_the_log_is_read(tmp_pa
     critical (found by QA: `--jobs 1` and `--jobs 2` disagreed, and so did `tail`)."""
     filler = [f"[2024-03-02 08:00:00] INFO saving shard {i} of the final checkpoint" for i in range(120_000)]
     disk_full = "OSError: [Errno 28] No space left on device"
-    lines = [*_records(10, 50), "[after training is done] datetime: 2024-03-02 08:00:00", *filler, *ECC[:-1], disk_full]
-    found = _check(tmp_path, [*lines, *_records(510, 4)])
+    lines = [
+        *megatron_records(10, 50),
+        "[after training is done] datetime: 2024-03-02 08:00:00",
+        *filler,
+        *ECC[:-1],
+        disk_full,
+    ]
+    found = _check(tmp_path, [*lines, *megatron_records(510, 4)])
     assert [(s, m) for _, s, _, _, m in found][:1] == [("warning", f"error after the run ended: {disk_full}")], found
 
 
@@ -209,7 +222,7 @@ def test_an_error_long_after_the_end_is_a_warning_however_the_log_is_read(tmp_pa
 )
 def test_a_job_killed_without_a_traceback_is_a_crash(tmp_path: Path, line: str) -> None:
     """The kernel's OOM killer or a launcher seeing a rank die: no traceback, the job is dead (QA)."""
-    found = _check(tmp_path, [*_records(10, 50), line])
+    found = _check(tmp_path, [*megatron_records(10, 50), line])
     assert [(d, s, step, m) for d, s, step, _, m in found] == [
         ("trainer_error", "critical", 500, f"trainer error at step 500: {line}")
     ], found
@@ -217,7 +230,7 @@ def test_a_job_killed_without_a_traceback_is_a_crash(tmp_path: Path, line: str) 
 
 def test_an_error_after_slurms_time_limit_is_a_warning(tmp_path: Path) -> None:
     limit = "slurmstepd: error: *** JOB 1999618 ON r6i4n5 CANCELLED AT 2021-05-27T21:52:36 DUE TO TIME LIMIT ***"
-    found = _check(tmp_path, [*_records(10, 50), limit, *OOM])
+    found = _check(tmp_path, [*megatron_records(10, 50), limit, *OOM])
     assert [(s, step) for _, s, step, _, _ in found] == [("warning", 500)], found
 
 
@@ -236,7 +249,7 @@ FROZEN = [
 def test_frames_without_source_under_srun_labels(tmp_path: Path, label: str) -> None:
     """A frame Python shows no source for (`<frozen ...>`) put the source lines of srun's
     unindented frames off by one: the exception was eaten as a source line (review)."""
-    found = _check(tmp_path, [*_records(10, 50), *(label + line for line in FROZEN)])
+    found = _check(tmp_path, [*megatron_records(10, 50), *(label + line for line in FROZEN)])
     assert [(s, m) for _, s, _, _, m in found] == [("critical", f"trainer error at step 500: {FROZEN[-1]}")]
 
 
@@ -254,7 +267,7 @@ def test_frames_without_source_under_srun_labels(tmp_path: Path, label: str) -> 
 def test_a_record_cutting_a_traceback_short_is_read(tmp_path: Path, cut: list[str]) -> None:
     """Megatron's records start with a space: taken for a frame, the record after a traceback
     cut short was lost (review); a `Warning:` line cutting it is no exception either."""
-    lines = [*_records(10, 50), *cut, *_records(510, 10)]
+    lines = [*megatron_records(10, 50), *cut, *megatron_records(510, 10)]
     log = tmp_path / "run.log"
     log.write_text("\n".join(lines) + "\n")
     p = no_traceback(run_cli("check", "--output", "json", str(log)))
@@ -272,4 +285,4 @@ def test_a_record_cutting_a_traceback_short_is_read(tmp_path: Path, cut: list[st
 )
 def test_a_run_stopped_on_purpose_is_no_crash(tmp_path: Path, end: list[str]) -> None:
     """scancel or a time limit reaches torchrun as SIGTERM, which it raises (review)."""
-    assert _check(tmp_path, [*_records(10, 50), *FROZEN[:3], *end]) == []
+    assert _check(tmp_path, [*megatron_records(10, 50), *FROZEN[:3], *end]) == []

@@ -1,17 +1,22 @@
 """Trainer errors, tracebacks and exits, in any format: they become `error` and `run_end` events.
 
 A Python traceback is reported once, at its last line (the exception), which is the part people
-need; CUDA/NCCL errors and Megatron's NaN checks are reported as they appear. A traceback after
+need; the one-line reports of a crash or of the run's end (CUDA/NCCL errors, Megatron's NaN
+checks, launchers, Slurm, shells: `crash_lines`) are reported as they appear. A traceback after
 `Exception ignored in: ...` is none: Python ignored it (a DataLoader's `__del__` at shutdown).
 Exit messages tell a stall detector that silence after them is a finished job, not a hung one.
 
-A traceback may follow a tqdm bar on its line, and its frames may have lost their indentation to
-a launcher's prefix (srun `--label` pads and eats it): a frame is a `File "..."` line and the lines
-indented deeper than it (its source, `^~` markers), or, where the indentation was eaten, the line
-after it (unless that is the exception: a frame without source). One that the log ends in (the process
-killed while printing it) is reported with its last frame; one that another line cuts short in
-the middle of the log is not: that is what ranks printing at once make of theirs, Ctrl-C's among
-them. `KeyboardInterrupt` and a launcher's SIGTERM are the run's end, not errors.
+A traceback may follow a tqdm bar on its line, as may Hydra's `Error executing job with
+overrides: [...]` that comes before one, or a one-line error: the line is then left to the other
+parsers too (the bar may be a record, whose step is the crash's). A traceback's frames may have
+lost their indentation to a launcher's prefix (srun `--label` pads and eats it): a frame is a
+`File "..."` line and the lines indented deeper than it (its source, `^~` markers), or, where the
+indentation was eaten, the line after it (unless that is the exception: a frame without source).
+One that the log ends in (the process killed while printing it) is reported with its last frame;
+one that another line cuts short in the middle of the log is not: that is what ranks printing at
+once make of theirs, Ctrl-C's among them. `KeyboardInterrupt` and a launcher's SIGTERM are the
+run's end, not errors. An `error` event of a launcher or shell reporting a process's death has
+`death` set in its data (`CrashLine.death`).
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ import re
 
 from gradwatch.events import EventKind
 from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers.crash_lines import KEYWORDS, classify
 
 _TRACEBACK = "Traceback (most recent call last)"
+#: Hydra's line before the traceback of a job that raised (often glued onto Lightning's bar)
+_HYDRA = "Error executing job with overrides"
 _IGNORED = "Exception ignored in"
 #: an exception line: a class named as exceptions are (or any class of a dotted module path), with
 #: Ray's `(Cause)`, then `:` or the end: `RuntimeError: boom`, `torch._dynamo.exc.BackendCompilerFailed:
@@ -35,34 +43,14 @@ _STOPS = ("KeyboardInterrupt", "SignalException")
 _CARETS = re.compile(r"^[\s^~]+$")
 #: srun `--label` pads its labels (` 3: `) once there are ten tasks or more; `clean` keeps them
 _PADDED_LABEL = re.compile(r"^ +\d{1,5}: ?")
-_MARKERS = (
-    "Unexpected result nan",
-    "found NaN in local",
-    "Spiky loss",
-    "CUDA error:",
-    "NCCL error",
-    "cudaError",
-    "Watchdog caught collective operation timeout",
-    "oom-kill event",  # slurmstepd: the kernel's OOM killer took a process of the job (no traceback)
-    "exits with return code =",  # DeepSpeed's launcher: a rank died (it logs a clean exit otherwise)
-    "failed (exitcode:",  # torchrun (torch.distributed.elastic): a worker died
-)
-_CLEAN_EXIT = "exits with return code = 0"
-_EXITS = (
-    "exiting program",  # Megatron: `[exiting program after N minutes]`, `exiting program at iteration N`
-    "[after training is done]",  # Megatron
-    "Training completed",  # HF Trainer
-    "Execution finished",  # ALCF ezpz launcher
-    "Job finished",
-    "received SIGTERM, exiting",  # DeepSpeed's launcher, killed (a time limit, scancel)
-    "DUE TO TIME LIMIT",  # slurmstepd: `*** JOB 123 ON nid01 CANCELLED AT ... DUE TO TIME LIMIT ***`
-)
+#: a tqdm bar's count and times: `| 450/1000 [10:00<12:00,  1.3s/it, loss=2.31]`, `450it [00:10, 45it/s]`
+_BAR = re.compile(r"\d(?:/\d+|it) \[[^\[\]]*\]")
 
 
 class ErrorParser(Parser):
     name = "errors"
     segment_safe = True
-    scan = "|".join(re.escape(m) for m in (_TRACEBACK, _IGNORED, *_MARKERS, *_EXITS))
+    scan = "|".join(re.escape(m) for m in (_TRACEBACK, _IGNORED, _HYDRA, *KEYWORDS))
     description = "Python tracebacks, trainer/CUDA/NCCL errors and exit messages in any log (events only)"
     auxiliary = True
 
@@ -73,6 +61,7 @@ class ErrorParser(Parser):
         self._source_next = False  # the next line is that frame's source line, its indentation eaten
         self._frame_indent = 0  # how far that `File "` line is indented
         self._line = 0  # the traceback's latest line
+        self._opener = ""  # Hydra's line, where it opened the traceback under way (none came yet)
 
     @property
     def collecting(self) -> bool:
@@ -84,9 +73,13 @@ class ErrorParser(Parser):
         if text.startswith(_IGNORED):
             self._ignored = True
             return True
-        if _TRACEBACK in text:  # (after a tqdm bar on the same line, too)
+        at = text.find(_TRACEBACK)
+        if at < 0:
+            at = text.find(_HYDRA)
+        if at >= 0:  # (after a tqdm bar on the same line, too)
             self._in_traceback, self._last_frame, self._source_next, self._line = True, "", False, line
-            return True
+            self._opener = "" if text.startswith(_TRACEBACK, at) else text[at:].strip()[:500]
+            return _bar_end(text[:at]) == 0
         if self._ignored and not self._in_traceback:
             self._ignored = False  # no traceback came with it: the next one is not ignored
         if self._in_traceback:
@@ -104,19 +97,22 @@ class ErrorParser(Parser):
             # killed while printing it, or another rank's line came in between). It ends here,
             # or it would take every indented line of the rest of the log, a restarted run's
             # ` iteration` records among them.
-        if any(marker in text for marker in _MARKERS) and _CLEAN_EXIT not in text:
-            out.event(EventKind.ERROR, line, out.last_step, ts, text=text.strip()[:500])
-            return True
-        if any(marker in text for marker in _EXITS):
-            out.event(EventKind.RUN_END, line, out.last_step, ts, text=text.strip()[:200])
-            return True
-        return False
+        found = classify(text)
+        if found is None:
+            return False
+        bar = _bar_end(text)
+        death = {"death": True} if found.death else {}
+        out.event(found.kind, line, out.last_step, ts, text=text[bar:].strip()[:500], **death)
+        return bar == 0
 
     def flush(self, out: ParseOutput) -> None:
         """The log ends inside a traceback: the process died while printing it."""
         if self._in_traceback and not self._ignored:
-            where = f" after {self._last_frame}" if self._last_frame else ""
-            out.event(EventKind.ERROR, self._line, out.last_step, None, text=f"a traceback cut short{where}"[:500])
+            if self._last_frame:
+                what = f"a traceback cut short after {self._last_frame}"
+            else:
+                what = self._opener or "a traceback cut short"
+            out.event(EventKind.ERROR, self._line, out.last_step, None, text=what[:500])
         self._in_traceback = self._ignored = False
 
     def _frame(self, text: str) -> bool:
@@ -134,3 +130,11 @@ class ErrorParser(Parser):
         if source_next:  # the frame's source, unless it had none (`<frozen runpy>`): then the exception
             return indent == 0 and not _EXCEPTION.match(text)
         return (bool(self._last_frame) and indent > self._frame_indent) or bool(_CARETS.match(text))
+
+
+def _bar_end(text: str) -> int:
+    """Where the last tqdm bar in `text` ends, or 0: none."""
+    end = 0
+    for m in _BAR.finditer(text):
+        end = m.end()
+    return end
