@@ -795,12 +795,13 @@ def test_loss_of_zero_then_a_real_loss_does_not_crash(zoo: Zoo) -> None:
 
 
 def test_a_crash_before_the_first_record_is_shown_with_its_file(tmp_path: Path) -> None:
-    """The job died at start-up: the file has no records (exit 2), and the text report showed
-    only that, while the JSON had the critical alert (found by QA)."""
+    """The job died at start-up: the file has no records, and the text report showed only that,
+    while the JSON had the critical alert (found by QA). The crash is what it exits by (1), not
+    "no training records" (2): the file was read, and it tells of a crash (issue #24)."""
     log = tmp_path / "startup.log"
     log.write_text('Traceback (most recent call last):\n  File "train.py", line 3\nImportError: no apex\n')
     p = no_traceback(run_cli("check", str(log)))
-    assert p.returncode == 2 and "trainer error before the first step: ImportError: no apex" in p.stdout
+    assert p.returncode == 1 and "trainer error before the first step: ImportError: no apex" in p.stdout
     assert "1 critical" in p.stdout.splitlines()[-1]
 
 

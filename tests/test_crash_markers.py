@@ -190,8 +190,10 @@ def test_every_ranks_report_of_one_crash_is_one_alert(tmp_path: Path) -> None:
 
 
 def test_a_crash_before_any_step_is_one_critical_alert_at_its_line(tmp_path: Path) -> None:
-    """No record at all: the crash is still reported (the file, with no records, exits 2)."""
-    _, found = _check(tmp_path, ["using world size: 16", CRASHES["node-failure"], CRASHES["srun-exit-code"]])
+    """No record at all: the crash is still reported, and it is what `check` exits by (1, alerts),
+    not "no training records" (2): the file was read, and it tells of a crash."""
+    code, found = _check(tmp_path, ["using world size: 16", CRASHES["node-failure"], CRASHES["srun-exit-code"]])
+    assert code == 1
     assert found == [
         ("trainer_error", "critical", None, 2, f"trainer error before the first step: {CRASHES['node-failure']}")
     ]

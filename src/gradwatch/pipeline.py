@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gradwatch import segments, workers
-from gradwatch.alerts import Alert
+from gradwatch.alerts import Alert, Severity
 from gradwatch.config import Settings
 from gradwatch.detectors import DETECTORS, Detector
 from gradwatch.detectors.base import ColumnBatch
@@ -254,7 +254,7 @@ def check_path(
     alerts += evidenced(check.close())
     if snapshots is not None:
         snapshots.close(check)
-    if check.summary.records == 0 and check.summary.error is None:
+    if check.summary.records == 0 and check.summary.error is None and not _says_something(alerts):
         check.summary.error = no_format_message(check.summary.path, check.stream.lines, fmt)
     alerts.sort(key=Alert.sort_key)
     return check.summary, alerts
@@ -292,13 +292,19 @@ def _read_split(check: FileCheck, path: Path, jobs: int, advance: Callable[[int]
     return alerts
 
 
+def _says_something(alerts: list[Alert]) -> bool:
+    """Whether a file without records still told of trouble (a crash before the first step):
+    then it was read, and its alerts, not "no records", are what `check` reports and exits by."""
+    return any(a.severity >= Severity.WARNING for a in alerts)
+
+
 def no_format_message(path: Path | str, lines: int, fmt: str | None = None) -> str:
     what = "is empty: no training records" if lines == 0 else f"has {lines} lines but no training records"
     if fmt is not None and lines:
         return f"{path}: {what} in format {fmt} (given with --format; without it every known format is tried)"
-    names = ", ".join(n for n, c in PARSERS.items() if not c.auxiliary or n == "deepspeed")
+    names = ", ".join(n for n, c in PARSERS.items() if not c.auxiliary or c.fallback or n == "deepspeed")
     return (
         f"{path}: {what} in any known format (tried: {names}); if this is a trainer we do not "
-        "know, add a regex format under formats.custom in a --config file (see "
-        "`gradwatch config init`)"
+        "know, name its metrics under formats.synonyms or add a regex format under formats.custom "
+        "in a --config file (see `gradwatch config init`)"
     )
