@@ -302,7 +302,8 @@ def no_format_message(path: Path | str, lines: int, fmt: str | None = None) -> s
     what = "is empty: no training records" if lines == 0 else f"has {lines} lines but no training records"
     if fmt is not None and lines:
         return f"{path}: {what} in format {fmt} (given with --format; without it every known format is tried)"
-    names = ", ".join(n for n, c in PARSERS.items() if not c.auxiliary or c.fallback or n == "deepspeed")
+    stand_ins = ("deepspeed", "fp16_scaler")  # the auxiliary parsers whose records may be a file's
+    names = ", ".join(n for n, c in PARSERS.items() if not c.auxiliary or c.fallback or n in stand_ins)
     return (
         f"{path}: {what} in any known format (tried: {names}); if this is a trainer we do not "
         "know, name its metrics under formats.synonyms or add a regex format under formats.custom "

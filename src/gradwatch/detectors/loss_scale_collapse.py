@@ -1,14 +1,21 @@
 """fp16 dynamic loss scale collapse: the scaler halving again and again instead of recovering.
 
-Sources, in line order: DeepSpeed OVERFLOW / "Reducing dynamic loss scale" events, and the loss
-scale printed in records (Megatron's own fp16). A drop is measured against the last known scale,
-so a record that merely repeats the scale an overflow line already announced is not a second drop.
+Sources, in line order: overflow events (DeepSpeed's OVERFLOW / "Reducing dynamic loss scale",
+apex's, fairseq's, FP16_Optimizer's), and the loss scale printed in records (Megatron's own fp16).
+A drop is measured against the last known scale, so a record that merely repeats the scale an
+overflow line already announced is not a second drop; an overflow whose trainer prints only the
+new scale (apex, fairseq) is measured against the scale known before it.
 
 Normal and silent: the start-up calibration (the scale starts at 2^16 or 2^32 and halves on the
 first steps, `calibration_steps`), and the sawtooth (an isolated overflow, then regrowth).
-Alerts: `consecutive_halvings` halvings on consecutive logged steps; the scale at or under `floor`;
-an overflow rate over `max_overflow_rate` in the last `rate_window` steps; and "Current loss
-scale already at minimum", which is critical.
+Alerts: `consecutive_halvings` halvings on consecutive logged steps; an overflow rate over
+`max_overflow_rate` in the last `rate_window` steps; the scale at or under `floor` after a drop or
+an overflow (a scale that sits at its minimum while steps are still skipped has collapsed, whether
+or not the log showed it fall), critical at 1 or under, once per stay at the floor (a warning
+that falls on to 1 escalates once); and "Current loss scale already at minimum" (DeepSpeed) or
+"Minimum loss scale reached" (fairseq), which are critical. Overflows whose step is unknown (apex
+prints none) are judged only by the floor and the minimum: calibration cannot be told apart
+without steps.
 """
 
 from __future__ import annotations
@@ -48,6 +55,9 @@ class LossScaleCollapse(Detector):
     description = "fp16 loss scale halving repeatedly, at a floor, or overflowing too often"
     Config = LossScaleCollapseConfig
     config: LossScaleCollapseConfig
+    #: the severity raised for the current stay at the floor, and the step it began at (None: the
+    #: scale is above the floor, or no alert came yet); a class default for states pickled before
+    _floor_alert: tuple[Severity, int] | None = None
 
     def __init__(self, config: LossScaleCollapseConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
@@ -60,15 +70,15 @@ class LossScaleCollapse(Detector):
         self._last_record_step: int | None = None
         self._overflow_steps: deque[int] = deque()
         self._quiet_until = -(10**18)
-        self._at_floor = False
 
     def update(self, batch: Batch) -> list[Alert]:
         rec = columns(batch)
         items: list[tuple[int, int, float | None, float | None, bool, int | None, int | None]] = []
         ev_lines: list[int] = []
         for ev in batch.events:
-            if ev.kind is EventKind.OVERFLOW and ev.step is not None:
-                items.append((ev.line, ev.step, ev.data["attempted"], ev.data["new"], True, None, None))
+            if ev.kind is EventKind.OVERFLOW:
+                step = ev.step if ev.step is not None else -1
+                items.append((ev.line, step, ev.data.get("attempted"), ev.data["new"], True, None, None))
             elif ev.kind is EventKind.SCALE_INCREASE and ev.step is not None:
                 items.append((ev.line, ev.step, ev.data["old"], ev.data["new"], False, None, None))
             elif ev.kind is EventKind.SCALE_AT_MINIMUM:
@@ -143,7 +153,7 @@ class LossScaleCollapse(Detector):
                 self._scale,
                 None,
                 None,
-                "loss scale already at its minimum: DeepSpeed stops the run",
+                "loss scale already at its minimum: the trainer stops the run",
                 _HINT,
             )
         is_record = not overflow and old is None
@@ -165,7 +175,7 @@ class LossScaleCollapse(Detector):
         drop = math.log2(known / new) if known and 0 < new < known else 0.0
         if drop == 0.0 and not overflow:
             if known is not None and new > known:
-                self._at_floor = False
+                self._floor_alert = None
             if is_record and self._chain_step is not None and step > self._chain_step:
                 self._chain, self._chain_step = 0.0, None  # a clean step ends a cascade
             return None
@@ -179,24 +189,14 @@ class LossScaleCollapse(Detector):
         else:
             self._chain = drop
         self._chain_step = step
-        return self._judge(line, step, new, drop, known)
+        return self._judge(line, step, new, known)
 
-    def _judge(self, line: int, step: int, scale: float, drop: float, before: float | None) -> Alert | None:
+    def _judge(self, line: int, step: int, scale: float, before: float | None) -> Alert | None:
         cfg = self.config
-        if scale <= cfg.floor and drop > 0 and not self._at_floor:
-            self._at_floor = True
-            sev = Severity.CRITICAL if scale <= 1 else Severity.WARNING
-            return self.alert(
-                sev,
-                step,
-                line,
-                "loss_scale",
-                scale,
-                before,
-                cfg.floor,
-                f"loss scale fell to {scale:g} (floor {cfg.floor:g})",
-                _HINT,
-            )
+        if scale <= cfg.floor:
+            alert = self._at_floor_alert(line, step, scale, before)
+            if alert is not None or self._floor_alert is not None:
+                return alert  # (a cascade at the floor is the incident its alert reported)
         if step <= cfg.calibration_steps or step <= self._quiet_until:
             return None
         rate = len(self._overflow_steps) / cfg.rate_window
@@ -228,3 +228,30 @@ class LossScaleCollapse(Detector):
                 _HINT,
             )
         return None
+
+    def _at_floor_alert(self, line: int, step: int, scale: float, before: float | None) -> Alert | None:
+        """The scale is at or under the floor after a drop or an overflow: one alert per stay
+        there, and one more where a warning's scale falls on to 1 or under (the same incident)."""
+        cfg = self.config
+        severity = Severity.CRITICAL if scale <= 1 else Severity.WARNING
+        raised = self._floor_alert
+        if raised is not None and severity <= raised[0]:
+            return None
+        alert = self.alert(
+            severity,
+            step,
+            line,
+            "loss_scale",
+            scale,
+            before,
+            cfg.floor,
+            f"loss scale fell to {scale:g} (floor {cfg.floor:g})"
+            if before is not None and scale < before
+            else f"loss scale at {scale:g} (floor {cfg.floor:g}) and steps still overflow",
+            _HINT,
+        )
+        if raised is None:
+            self._floor_alert = (severity, step)
+            return alert
+        self._floor_alert = (severity, raised[1])
+        return self.escalated(alert, raised[1] if raised[1] >= 0 else None)

@@ -16,6 +16,7 @@ from gradwatch.parsers.base import ParseOutput, Parser
 from gradwatch.parsers.composer import ComposerParser
 from gradwatch.parsers.deepspeed import DeepSpeedParser
 from gradwatch.parsers.errors_parser import ErrorParser
+from gradwatch.parsers.fp16_scaler import Fp16ScalerParser
 from gradwatch.parsers.generic import GenericParser
 from gradwatch.parsers.hf_trainer import HfTrainerParser
 from gradwatch.parsers.jsonl import JsonlParser
@@ -81,6 +82,7 @@ for _cls in (
     JsonlParser,
     MegatronParser,
     DeepSpeedParser,
+    Fp16ScalerParser,
     ErrorParser,
     GenericParser,
 ):
