@@ -284,7 +284,7 @@ def test_export_writes_the_records(spike_log: Path, tmp_path: Path, suffix: str)
     out = tmp_path / f"records{suffix}"
     p = no_traceback(run_cli("export", str(spike_log), "--out", str(out)))
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == f"wrote 300 records to {out}"
+    assert p.stdout.strip() == f"wrote 300 records to {out}, read as megatron"
     records = read_records(out)
     assert len(records) == 300
     values = run_values(300, spike_at=2500)

@@ -412,3 +412,13 @@ def test_a_line_that_says_it_reports_an_evaluation_gives_a_validation_loss() -> 
     assert _values(rec, "loss")[0] == 9.2 and math.isnan(rec["loss"].iloc[1])
     assert _values(rec, "val_loss")[1] == 9.6
     assert rec["nonfinite"].tolist() == ["", "", "val_loss"]
+
+
+def test_export_says_how_the_file_was_read(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("".join(f"iter {i}: loss {3 - i / 100:.3f}, lr 1e-4\n" for i in range(1, 6)))
+    out = tmp_path / "records.csv"
+    p = run_cli("export", str(log), "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"wrote 5 records to {out}, read as generic (`key value`, step from `iter`)"
+    assert pd.read_csv(out)["step"].tolist() == [1, 2, 3, 4, 5]

@@ -588,8 +588,8 @@ def export(path: str, out_path: str, config_path: str | None, fmt: str | None) -
     from gradwatch import config as cfg
     from gradwatch.commands.export import run_export
 
-    n = run_export(path, out_path, cfg.load(config_path), fmt)
-    click.echo(f"wrote {n:,} record{'s' if n != 1 else ''} to {out_path}")
+    n, how = run_export(path, out_path, cfg.load(config_path), fmt)
+    click.echo(f"wrote {n:,} record{'s' if n != 1 else ''} to {out_path}, read as {how}")
 
 
 OUT_OPTION = click.option(

@@ -23,7 +23,7 @@ from gradwatch.downsample import MinMaxBuckets
 from gradwatch.errors import InputError, WorkerError
 from gradwatch.parsers import PARSERS, Parser, new_parsers
 from gradwatch.parsers.generic import GenericParser
-from gradwatch.parsers.stream import Batch, LogStream
+from gradwatch.parsers.stream import Batch, LogStream, format_text
 from gradwatch.plugins import guard, loader
 from gradwatch.records import METRICS, columns_of
 from gradwatch.sources import archive
@@ -60,8 +60,7 @@ class FileSummary:
     @property
     def format_text(self) -> str:
         """The format as people read it: with the layout where the parser says one."""
-        fmt = self.format or "?"
-        return f"{fmt} ({self.layout})" if self.layout else fmt
+        return format_text(self.format, self.layout)
 
 
 #: Buckets per metric kept for sparklines: small and fixed, whatever the log's length.

@@ -14,7 +14,9 @@ from gradwatch.sources.archive import read_chunks
 SUFFIXES = (".csv", ".jsonl", ".parquet")
 
 
-def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) -> int:
+def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) -> tuple[int, str]:
+    """Write the records of `path` to `out_path`; return how many, and how they were read (the
+    format, with its layout where the parser says one)."""
     if path == "-" or Path(path).is_dir():
         what = "standard input" if path == "-" else f"{path}, a directory"
         raise UsageError(f"export reads one log file, not {what}")
@@ -48,4 +50,4 @@ def run_export(path: str, out_path: str, settings: Settings, fmt: str | None) ->
     if cut_short is not None:
         n = len(records)
         raise InputError(f"{cut_short} (wrote its {n:,} record{'s' if n != 1 else ''} to {out_path})")
-    return len(records)
+    return len(records), stream.format_text

@@ -123,6 +123,11 @@ class LogStream:
         return next((p.layout for p in self.parsers if p.name == fmt), None)
 
     @property
+    def format_text(self) -> str:
+        """The format as people read it (`format_text`)."""
+        return format_text(self.format, self.layout)
+
+    @property
     def format_locked(self) -> bool:
         """Whether the file's format is known (only its parser and the auxiliary ones read on)."""
         return self._locked
@@ -677,6 +682,13 @@ class _AuxRound:
     inside: set[int]  # starts of those that a multi-line record took, read one by one
     first: int  # number of the block's first line
     events_before: int  # events written before the block
+
+
+def format_text(fmt: str | None, layout: str | None) -> str:
+    """A file's format as people read it: with the layout where the parser says one
+    (`generic (`key value`, step from `Iter`)`)."""
+    name = fmt or "?"
+    return f"{name} ({layout})" if layout else name
 
 
 def _line_of(event: Event) -> int:
