@@ -258,7 +258,8 @@ def run_one(run: Run) -> Result:
     """Generate one run, check it with gradwatch and the baselines, score both."""
     t0 = time.perf_counter()
     spec = run.spec
-    real_noise.use(HEAVY if run.noise == "heavy" else {})
+    if run.noise == "heavy":
+        spec = dataclasses.replace(spec, noise_draws=real_noise.Resampled(HEAVY))
     [label] = labels(spec)
     frames: list[pd.DataFrame] = []
 

@@ -4,11 +4,21 @@
 a 6-sigma value there, while real runs have ordinary bumps of 10-30 body sigmas (a batch of code
 in a text run, a fine-tune's batch of four). This model keeps synth's curves, anomalies and
 noise level and swaps the normal draws for values resampled from the healthy labelled real logs:
-for each file gradwatch reads, the log-ratios of consecutive logged values (one log interval
-apart), past the first `SKIP_RECORDS` records (the start-up fall is a trend, not noise), less
-their running median (the curve's slope), in units of the file's own robust sigma (1.4826 x
-MAD), so that each draw says how many body sigmas the step's noise is; synth scales them by its
-noise level. A draw picks a file, then one of its values: every file weighs the same.
+for each file gradwatch reads, the log-ratios of consecutive logged values, less the median of
+their `DETREND - 1` neighbours (the curve's slope), in units of the file's own robust sigma
+(1.4826 x MAD), so that each draw says how many body sigmas the step's noise is; synth scales
+them by its noise level. A draw picks a file, then one of its values: every file weighs the same.
+
+The values are those a detector compares: a value that repeats the previous one exactly is a
+reprint, not a new measurement (Megatron-DeepSpeed on skipped steps; xtuner prints the grad norm
+of the last optimizer step at every log, half of them twice), and counting its zero change would
+shrink the file's sigma until ordinary changes read as 15 sigmas. The start-up fall is a trend,
+not noise: the records of the run's first `STARTUP_STEPS` steps are left out, at most
+`SKIP_RECORDS` of them (a log printed every 100 steps has one start-up record, not 20 spanning
+2,000 steps). A change across a jump of more than `JUMP` log intervals (an excerpt) is left
+out. The slope leaves a change itself out: in a smooth fall (interval means 100 steps apart) a
+change is often the median of its own window, and the residuals of 0 it leaves made a bend in
+the curve 22 sigmas.
 """
 
 from __future__ import annotations
@@ -26,9 +36,11 @@ from gradwatch.pipeline import check_path
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
 #: synth's noise keys and the record columns they stand for
 METRICS = {"loss": "loss", "grad": "grad_norm"}
+STARTUP_STEPS = 100  # the detectors' start-up window (grad_norm_spike's `startup_steps`)
 SKIP_RECORDS = 20  # the detectors' own warm-up (loss_spike's `warmup`)
+JUMP = 20  # log intervals: a longer gap is an excerpt's jump (the detectors' `gap_factor`)
 MIN_CHANGES = 8  # fewer values than this say little about a file's tails
-DETREND = 5  # logged changes in the running median taken off each one
+DETREND = 5  # logged changes around each one whose median (without it) is its slope
 
 
 @dataclass(frozen=True)
@@ -57,17 +69,22 @@ def healthy_files(root: Path) -> list[Path]:
 def changes(steps: np.ndarray, values: np.ndarray) -> np.ndarray:
     """A file's step-to-step log-ratios of one metric, detrended, in units of its robust sigma."""
     ok = np.isfinite(values) & (values > 0)
-    steps, logs = steps[ok][SKIP_RECORDS:], np.log(values[ok][SKIP_RECORDS:])
+    steps, values = steps[ok], values[ok]
+    fresh = np.diff(values, prepend=np.nan) != 0  # (the first value is fresh)
+    steps, values = steps[fresh], values[fresh]
+    startup = (np.arange(len(steps)) < SKIP_RECORDS) & (steps <= STARTUP_STEPS)
+    steps, logs = steps[~startup], np.log(values[~startup])
     if len(logs) <= MIN_CHANGES:
         return np.empty(0)
     step_diffs = np.diff(steps)
     forward = step_diffs[step_diffs > 0]
     if not len(forward):
         return np.empty(0)
-    d = np.diff(logs)[step_diffs == forward.min()]  # one log interval apart: no excerpt's jumps
+    d = np.diff(logs)[(step_diffs > 0) & (step_diffs <= JUMP * forward.min())]
     if len(d) < MIN_CHANGES:
         return np.empty(0)
-    trend = np.array([np.median(d[max(0, i - DETREND // 2) : i + DETREND // 2 + 1]) for i in range(len(d))])
+    h = DETREND // 2
+    trend = np.array([np.median(np.delete(d[max(0, i - h) : i + h + 1], min(i, h))) for i in range(len(d))])
     d = d - trend
     sigma = 1.4826 * np.median(np.abs(d - np.median(d)))
     return d / sigma if sigma > 0 else np.empty(0)
@@ -94,26 +111,12 @@ def load_pools(root: Path = SAMPLES) -> dict[str, Pool]:
     }
 
 
-_normal_noise = synth._Run._noise  # noqa: SLF001 (synth's draws, wrapped below)
-_pools: dict[str, Pool] = {}
+@dataclass(frozen=True)
+class Resampled:
+    """synth's noise with the keys of `pools` resampled from them: a `RunSpec.noise_draws`."""
 
+    pools: dict[str, Pool]
 
-def _resampled_noise(run: synth._Run, u: int, v: int) -> dict[str, np.ndarray]:
-    """synth's draws for steps u..v, the pooled metrics resampled (a pure function of seed and step)."""
-    drawn = _normal_noise(run, u, v)
-    if not _pools:
-        return drawn
-    j = (u - 1) // run.block
-    base = j * run.block + 1
-    out = dict(drawn)
-    for index, (key, pool) in enumerate(sorted(_pools.items())):
-        rng = np.random.default_rng([run.spec.seed, 7, index, j])
-        out[key] = pool.draw(rng, run.block)[u - base : v - base + 1]
-    return out
-
-
-def use(pools: dict[str, Pool]) -> None:
-    """Make synth draw from `pools` from now on in this process ({}: its normal draws again)."""
-    _pools.clear()
-    _pools.update(pools)
-    synth._Run._noise = _resampled_noise  # type: ignore[method-assign,assignment]  # noqa: SLF001
+    def __call__(self, key: str, rng: np.random.Generator, n: int) -> np.ndarray:
+        pool = self.pools.get(key)
+        return synth.normal_draws(key, rng, n) if pool is None else pool.draw(rng, n)

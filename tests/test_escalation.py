@@ -40,10 +40,14 @@ def megatron_lm_line(step: int, grad_norm: float, loss: float = 3.2) -> str:
     )
 
 
-def run_with(spikes: dict[int, float], first: int = 1000, count: int = 200) -> str:
-    """`count` records from step `first`, grad norms about 1.0 times the factor in `spikes`."""
+def run_with(
+    spikes: dict[int, float], first: int = 1000, count: int = 200, loss_spikes: dict[int, float] | None = None
+) -> str:
+    """`count` records from step `first`, grad norms about 1.0 and losses about 3.2 times the
+    factors in `spikes` and `loss_spikes`."""
+    loss_spikes = loss_spikes or {}
     return "".join(
-        megatron_lm_line(s, (1.0 + 0.01 * (s % 7)) * spikes.get(s, 1.0), 3.3 - 1e-4 * s)
+        megatron_lm_line(s, (1.0 + 0.01 * (s % 7)) * spikes.get(s, 1.0), (3.3 - 1e-4 * s) * loss_spikes.get(s, 1.0))
         for s in range(first, first + count)
     )
 
@@ -63,8 +67,8 @@ def check(text: str, sizes: list[int] | None = None) -> list[Alert]:
     return alerts + fc.close()
 
 
-def grad_alerts(alerts: list[Alert]) -> list[tuple[str, int | None]]:
-    return [(str(a.severity), a.step) for a in alerts if a.detector == "grad_norm_spike"]
+def grad_alerts(alerts: list[Alert], detector: str = "grad_norm_spike") -> list[tuple[str, int | None]]:
+    return [(str(a.severity), a.step) for a in alerts if a.detector == detector]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,6 +143,37 @@ def test_startup_spikes_are_one_level_lower(factor: float, severity: str) -> Non
     """In the first 100 steps (optimizer warm-up) a spike is one level lower: 100x or more warns."""
     alerts = check(run_with({60: factor}, first=1, count=150))
     assert grad_alerts(alerts)[0] == (severity, 60)
+
+
+# ---------------------------------------------------------------------------------------------
+# loss_spike through the pipeline
+
+#: a loss spike that grows within its incident: 1.6x and 2.5x the median (warnings), then 4x and 5x
+#: (past its critical_ratio of 3x)
+GROWING_LOSS = {1100: 1.6, 1101: 2.5, 1102: 4.0, 1103: 5.0, 1104: 2.0}
+
+
+def test_a_growing_loss_spike_escalates_to_one_critical_alert() -> None:
+    alerts = [a for a in check(run_with({}, loss_spikes=GROWING_LOSS)) if a.detector == "loss_spike"]
+    assert grad_alerts(alerts, "loss_spike") == [("warning", 1100), ("critical", 1102), ("info", 1125)]
+    assert "3.99x its recent median" in alerts[1].message
+    assert alerts[1].message.endswith("(escalated to critical: same incident, since step 1100)")
+
+
+def test_a_loss_spike_that_stays_a_warning_raises_one_alert() -> None:
+    alerts = check(run_with({}, loss_spikes={1100: 1.6, 1101: 2.0, 1102: 2.5}))
+    assert grad_alerts(alerts, "loss_spike") == [("warning", 1100), ("info", 1123)]
+
+
+def test_loss_spike_escalation_does_not_depend_on_batch_boundaries() -> None:
+    """(Its own alerts: how the detectors' alerts of one batch interleave is not the point here.)"""
+    text = run_with({}, loss_spikes=GROWING_LOSS)
+    whole = [a for a in check(text) if a.detector == "loss_spike"]
+    assert grad_alerts(whole, "loss_spike")[1] == ("critical", 1102)
+    for seed in range(3):
+        rng = random.Random(seed)
+        sizes = [rng.randint(1, 700) for _ in range(len(text) // 350)]
+        assert [a for a in check(text, sizes) if a.detector == "loss_spike"] == whole
 
 
 # ---------------------------------------------------------------------------------------------

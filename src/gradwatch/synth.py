@@ -77,7 +77,7 @@ from __future__ import annotations
 import math
 import os
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
 
@@ -87,9 +87,11 @@ __all__ = [
     "ANOMALY_KINDS",
     "FORMATS",
     "Anomaly",
+    "NoiseDraws",
     "RunSpec",
     "generate",
     "labels",
+    "normal_draws",
     "supported_kinds",
     "write_log",
     "write_sized",
@@ -119,6 +121,17 @@ FORMATS: tuple[str, ...] = (
     "hf-trainer",
     "jsonl",
 )
+
+
+#: the step-level noises of the healthy model, each in units of its sigma (see the module docstring)
+NOISE_KEYS: tuple[str, ...] = ("loss", "grad", "time", "z")
+#: `n` draws of the noise named `key` (one of `NOISE_KEYS`) from `rng`, in units of its sigma
+NoiseDraws = Callable[[str, np.random.Generator, int], np.ndarray]
+
+
+def normal_draws(key: str, rng: np.random.Generator, n: int) -> np.ndarray:
+    """synth's own noise: standard-normal draws, whatever the key (`RunSpec.noise_draws`'s default)."""
+    return rng.standard_normal(n)
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,9 @@ class RunSpec:
     ``(step, factor)`` step decays of the learning rate (healthy too): from ``step`` the lr is
     multiplied by ``factor`` < 1, the loss anneals 3 % lower per decade of drop (time constant 50
     steps) and the grad norm creeps 20 % higher per decade (time constant 200 steps).
+    ``noise_draws`` replaces the standard-normal draws of the healthy model's noise (`NoiseDraws`;
+    `normal_draws` by default): a benchmark's heavy-tailed noise model keeps the same curves and
+    anomalies.
     """
 
     fmt: str = "megatron-deepspeed"
@@ -173,6 +189,7 @@ class RunSpec:
     grad_norm_level: float | None = None
     restarts: tuple[int, ...] = ()
     lr_drops: tuple[tuple[int, float], ...] = ()
+    noise_draws: NoiseDraws | None = field(default=None, repr=False, compare=False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -635,20 +652,13 @@ class _Run:
     # -- per-step simulation --------------------------------------------------------------------
 
     def _noise(self, u: int, v: int) -> dict[str, np.ndarray]:
-        """Standard-normal draws keyed by step (pure function of seed and step)."""
+        """The noise draws (standard normal unless `RunSpec.noise_draws`) keyed by step (pure
+        function of seed and step)."""
         j = (u - 1) // self.block
         if self._noise_cache is None or self._noise_cache[0] != j:
             rng = np.random.default_rng([self.spec.seed, 2, j])
-            n = self.block
-            self._noise_cache = (
-                j,
-                {
-                    "loss": rng.standard_normal(n),
-                    "grad": rng.standard_normal(n),
-                    "time": rng.standard_normal(n),
-                    "z": rng.standard_normal(n),
-                },
-            )
+            draw = self.spec.noise_draws or normal_draws
+            self._noise_cache = (j, {key: draw(key, rng, self.block) for key in NOISE_KEYS})
         base = j * self.block + 1
         return {key: arr[u - base : v - base + 1] for key, arr in self._noise_cache[1].items()}
 

@@ -21,6 +21,10 @@ differences (1.4826 x their MAD / sqrt 2): the same as the MAD of the values for
 the run's own downward trend over the window is not counted as noise. A spike on a record that
 reports skipped iterations during the fp16 start-up calibration is info only: the loss of the
 first fp16 steps jumps while the scaler is still finding its range.
+
+Severity: `critical_ratio` times the median or more is critical, less a warning. A spike that
+grows within its incident escalates once per level (`Incident`): 1.6x then 4x is a warning, then
+a critical alert.
 """
 
 from __future__ import annotations
@@ -141,10 +145,14 @@ class LossSpike(Detector):
                 and _above_tails(float(loss[cand]), float(med[cand]), recent)
             ):
                 hits.append(cand)
+        at = np.array(hits, dtype=int)
+        calibrating = (skipped[at] > 0) & (steps[at] <= cfg.calibration_steps)
+        levels = self._severities(loss[at], med[at], calibrating)
+        level_at = dict(zip(at.tolist(), levels.tolist(), strict=True))
         alerts: list[Alert] = []
         start = self._seen
         self._seen += len(loss)
-        for kind, pos, first in self._incident.scan(start, len(loss), np.array(hits, dtype=int), steps):
+        for kind, pos, first in self._incident.scan(start, len(loss), at, steps, levels):
             if kind == "close":
                 alerts.append(
                     self.alert(
@@ -162,24 +170,26 @@ class LossSpike(Detector):
                 continue
             value, base = float(loss[pos]), float(med[pos])
             ratio = f"{value / base:.2f}x" if base > 0 else "above"  # a run may log a loss of 0.0
-            sev = Severity.CRITICAL if value >= cfg.critical_ratio * base else Severity.WARNING
-            calibrating = skipped[pos] > 0 and steps[pos] <= cfg.calibration_steps
-            if calibrating:
-                sev = Severity.INFO
-            note = " during fp16 loss-scale calibration" if calibrating else ""
+            note = " during fp16 loss-scale calibration" if level_at[pos] == Severity.INFO else ""
             interval = int(intervals[pos])
             per = f" (interval means of {interval} steps)" if interval > 1 else ""
-            alerts.append(
-                self.alert(
-                    sev,
-                    steps[pos],
-                    lines[pos],
-                    "loss",
-                    value,
-                    base,
-                    base + max(rel_floor[pos] * base, 0.0),
-                    f"loss {value:.4g} is {ratio} its recent median {base:.4g} (+{value - base:.3g}){per}{note}",
-                    _HINT,
-                )
+            alert = self.alert(
+                Severity(level_at[pos]),
+                steps[pos],
+                lines[pos],
+                "loss",
+                value,
+                base,
+                base + max(rel_floor[pos] * base, 0.0),
+                f"loss {value:.4g} is {ratio} its recent median {base:.4g} (+{value - base:.3g}){per}{note}",
+                _HINT,
             )
+            alerts.append(self.escalated(alert, first) if kind == "escalate" else alert)
         return alerts
+
+    def _severities(self, loss: np.ndarray, base: np.ndarray, calibrating: np.ndarray) -> np.ndarray:
+        """Per spike: critical at `critical_ratio` times the median or more, else a warning; info
+        on a record of skipped steps during the fp16 start-up calibration (the scaler is still
+        finding its range). A spike that grows past a level escalates its incident (`Incident`)."""
+        levels = np.where(loss >= self.config.critical_ratio * base, Severity.CRITICAL, Severity.WARNING)
+        return np.where(calibrating, Severity.INFO, levels)

@@ -122,10 +122,11 @@ class _Reading:
 class GenericParser(Parser):
     name = "generic"
     description = "any other trainer: a step counter and named metrics (`key: value`, bars, tables, CSV)"
-    #: every line with a metric name, a counter or a table/CSV shape (see `parse`)
+    #: every line with a metric name, a counter or a table/CSV shape (see `parse`); no class in
+    #: brackets, so that RE2 searches blocks that are not ASCII too (`keywords._shadow_pattern`)
     scan = (
         r"oss|OSS|tep|TEP|ter|TER|poch|POCH|atch|ATCH|pdates|norm|lr|LR|earning|cale|ppl|PPL|erplexity"
-        r"|\| |\d,[-+\d.nNiI]|\w,[A-Za-z_]"
+        r"|\| |\w,\w|\d,-|\d,\+|\d,\."
     )
     auxiliary = True
     fallback = True
@@ -139,6 +140,7 @@ class GenericParser(Parser):
         self._block_line = 0
         self._section = ""
         self._header: list[str] | None = None  # a CSV's column names
+        self._first_epoch: int | None = None  # 0 or 1: how the log numbers its epochs
         #: how the latest record was read, for `gradwatch check` and reports
         self.layout: str | None = None
 
@@ -180,17 +182,24 @@ class GenericParser(Parser):
             if bar.shape == "Iter [i/n]":
                 reading.count("Iter", 2, bar.n)
             elif bar.epoch is not None and bar.total:
-                reading.count("Epoch [e][i/n]", PROGRESS_RANK, bar.epoch * bar.total + bar.n)
+                reading.count("Epoch [e][i/n]", PROGRESS_RANK, self._epochs_before(bar.epoch) * bar.total + bar.n)
             elif bar.epoch is not None:
                 reading.count("Epoch [e]", EPOCH_RANK, bar.epoch)
             elif epoch is not None and bar.total:  # Lightning: `Epoch 3: ... | 45/100 [`
-                reading.count("Epoch N + bar", PROGRESS_RANK, epoch * bar.total + bar.n)
+                reading.count("Epoch N + bar", PROGRESS_RANK, self._epochs_before(epoch) * bar.total + bar.n)
             elif reading.step is None and self._pending is None:  # a bar on its own: its count
                 reading.count("bar", PROGRESS_RANK, bar.n)
         reading.finish()
         if "loss" in reading.metrics and is_evaluation(text, reading.loss_at):
             reading.relabel_as_evaluation()
         return self._write(reading, line, ts, out, _shape(items))
+
+    def _epochs_before(self, epoch: int) -> int:
+        """How many whole epochs come before `epoch` as the log counts them: from 0 where its
+        first epoch is 0 (Lightning, DeiT), else from 1 (MMEngine's `Epoch(train) [1][...]`)."""
+        if self._first_epoch is None:
+            self._first_epoch = 0 if epoch == 0 else 1
+        return max(epoch - self._first_epoch, 0)
 
     # -- blocks of rows (tables, one `key: value` per line) -----------------------------------
 
