@@ -30,6 +30,7 @@ class EventKind(str, Enum):
     ERROR = "error"  #: a traceback or a trainer error message; data has text
     RUN_END = "run_end"  #: the trainer said it is exiting (normal end, time limit, job finished)
     PARSE_WARNING = "parse_warning"  #: something in the input that we could not read fully
+    CONFIG = "config"  #: what the run was told at a start: data has config, raw, source (`run_config`)
 
 
 #: NaN as a word (not `nanogpt`, `nanotron`): "Unexpected result nan", "found NaN in local grad norm"
