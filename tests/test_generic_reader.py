@@ -422,3 +422,18 @@ def test_export_says_how_the_file_was_read(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == f"wrote 5 records to {out}, read as generic (`key value`, step from `iter`)"
     assert pd.read_csv(out)["step"].tolist() == [1, 2, 3, 4, 5]
+
+
+def test_beside_deepspeed_progress_lines_the_generic_reader_stands_back() -> None:
+    """A DeepSpeed-Chat log: per-epoch `ppl:` lines (generic) among DeepSpeed's per-step progress
+    lines: the file is DeepSpeed's, its records DeepSpeed's steps only (not two counts mixed)."""
+    progress = [
+        f"[2023-04-18 01:52:27,404] [INFO] [logging.py:96:log_dist] [Rank 0] step={s}, skipped=0, "
+        f"lr=[9.5e-06, 9.5e-06], mom=[(0.9, 0.95), (0.9, 0.95)]\n"
+        for s in range(10, 260, 10)
+    ]
+    text = "***** Evaluating perplexity, Epoch 0/16 *****\nppl: 4998.29\n" + "".join(progress)
+    text += "***** Evaluating perplexity, Epoch 1/16 *****\nppl: 2.01\n"
+    fmt, rec, _ = _read(text)
+    assert fmt == "deepspeed"
+    assert _steps(rec) == list(range(10, 260, 10))

@@ -64,10 +64,13 @@ def test_every_real_file_parses_without_traceback_through_the_cli() -> None:
     assert len(files) > 30
     doc = check_json(*map(str, files))
     by_path = {f["path"]: f for f in doc["files"]}
+    told = {a["path"] for a in doc["alerts"] if a["severity"] in ("warning", "critical")}
     for p in files:
         entry = by_path[str(p)]
+        if entry["records"] == 0:  # a crash before any step: read, and its alert tells it
+            assert str(p) in told, f"{p.name}: no records and no alert"
+            continue
         assert entry["format"] is not None, f"{p.name}: no format recognised"
-        assert entry["records"] > 0
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from gradwatch.events import EventKind
 from gradwatch.parsers.base import ParseOutput, Parser
+from gradwatch.parsers.generic import GenericParser
 
 _NUM = r"([\d.]+(?:[eE][+-]?\d+)?)"
 #: apex amp; NVIDIA's BERT scripts (`Rank 0 :: Gradient overflow.  Skipping step, reducing ...`)
@@ -38,9 +39,15 @@ _FP16_OPTIMIZER = re.compile(rf"OVERFLOW! Skipping step\. Attempted loss scale:\
 STAND_INS = frozenset({"deepspeed", "fp16_scaler"})
 
 
+#: the parsers whose records do not make a file a trainer's: the stand-ins, and the generic reader,
+#: whose records are the file's only where it is the format (`LogStream`)
+NO_TRAINER = STAND_INS | {GenericParser.name}
+
+
 def stands_in(out: ParseOutput) -> bool:
-    """Whether the stand-ins' records are the file's so far: no other parser has written one."""
-    return out.counts.keys() <= STAND_INS
+    """Whether the stand-ins' records are the file's so far: no trainer's parser has written one
+    (the generic reader's `ppl:` lines in a DeepSpeed-Chat log do not count)."""
+    return out.counts.keys() <= NO_TRAINER
 
 
 class Overflow(NamedTuple):

@@ -648,7 +648,7 @@ class LogStream:
     def _maybe_lock(self, parser: Parser) -> None:
         if self._locked or self.out.counts.get(parser.name, 0) < LOCK_AFTER_RECORDS:
             return
-        if not parser.auxiliary or (parser.fallback and not self._main_seen):
+        if not parser.auxiliary or (parser.fallback and self.format == parser.name):
             self._lock_format(parser)
 
     def _lock_format(self, main: Parser) -> None:
