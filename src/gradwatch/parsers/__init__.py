@@ -14,6 +14,7 @@ import re
 from gradwatch.errors import UsageError
 from gradwatch.parsers.base import ParseOutput, Parser
 from gradwatch.parsers.composer import ComposerParser
+from gradwatch.parsers.config_blocks import ConfigParser
 from gradwatch.parsers.deepspeed import DeepSpeedParser
 from gradwatch.parsers.errors_parser import ErrorParser
 from gradwatch.parsers.fp16_scaler import Fp16ScalerParser
@@ -83,6 +84,7 @@ for _cls in (
     MegatronParser,
     DeepSpeedParser,
     Fp16ScalerParser,
+    ConfigParser,
     ErrorParser,
     GenericParser,
 ):
