@@ -34,6 +34,8 @@ ALERT_KEYS = {
     "message",
     "hint",
     "snapshot",
+    "incident",
+    "paths",
 }
 
 
@@ -122,7 +124,7 @@ def json_run(spike_log: Path) -> tuple[int, dict[str, Any], Path]:
 def test_json_report_schema_and_exit_code(json_run: tuple[int, dict[str, Any], Path], spike_log: Path) -> None:
     rc, report, nan_log = json_run
     assert rc == 1
-    assert set(report) == {"version", "files", "alerts", "summary"} and report["version"] == 1
+    assert set(report) == {"version", "files", "incidents", "alerts", "summary"} and report["version"] == 1
     first, second = report["files"]
     assert {"path", "format", "records", "first_step", "last_step"} <= set(first)
     assert [(f["path"], f["format"], f["records"], f["first_step"], f["last_step"]) for f in report["files"]] == [
@@ -181,8 +183,9 @@ def test_text_report_shows_format_steps_values_alerts_and_files_without_metrics(
     assert p.returncode == 2
     out = p.stdout
     assert "\x1b" not in out  # NO_COLOR and not a terminal
-    head = out.splitlines()[0]
-    assert head.startswith(str(spike_log)) and "megatron" in head and "300 records" in head
+    assert out.startswith("incidents\n")  # the stories first, then each file
+    head = next(line for line in out.splitlines() if line.startswith(str(spike_log)))
+    assert "megatron" in head and "300 records" in head
     assert "steps 10-3,000" in head
     names, numbers = out.split("last values", 1)[1].splitlines()[1:3]
     assert names.split()[:3] == ["loss", "grad_norm", "loss_scale"]
@@ -195,7 +198,7 @@ def test_text_report_shows_format_steps_values_alerts_and_files_without_metrics(
     # the file without metrics says so plainly
     assert f"{launcher}: has 2 lines but no training records in any known format" in out
     last = out.rstrip().splitlines()[-1]
-    assert last.startswith("2 files checked: 0 critical, 1 warning")
+    assert last.startswith("2 files checked: 0 critical, 1 warning") and " in 1 incident" in last
     assert "1 file unreadable or without metrics" in last and last.endswith("(exit 2)")
 
 
@@ -245,7 +248,7 @@ def test_check_into_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:
     err = producer.stderr.read().decode()
     producer.stderr.close()
     rc = producer.wait(timeout=60)
-    assert first.decode().strip() == f"{log}  megatron  6,000 records  steps 1-6,000"
+    assert first.decode().strip() == "incidents"  # (the report leads with them)
     assert "Traceback" not in err and "Exception ignored" not in err, err
     assert err == ""
     assert rc in (0, 1)

@@ -26,7 +26,10 @@ from typing import Any
 import pytest
 
 from gradwatch import config, synth
+from gradwatch.alerts import Severity
+from gradwatch.commands.check import run_check
 from gradwatch.errors import UsageError
+from gradwatch.incidents import Correlator
 from gradwatch.pipeline import FileCheck, check_path
 from gradwatch.sinks.webhook import post_json
 from gradwatch.sources import checkpoint
@@ -82,8 +85,21 @@ def keys(alerts: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return sorted((a["detector"], a["severity"], a["step"], a["line"], a["message"]) for a in alerts)
 
 
-def notifiable(alerts: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
-    return sorted((det, step) for det, sev, step, *_ in alerts if sev != "info")
+def expected_notes(path: Path) -> list[tuple[str, str]]:
+    """(event, incident) of what --fail-on warning notifies, by check's incidents over the whole file:
+    each opens and ends once (and escalates once per severity it then reaches)."""
+    report = run_check([str(path)], config.load(), None, Severity.WARNING)
+    notes = []
+    for inc in report.incidents:
+        levels = [a.severity for a in inc.alerts if a.severity >= Severity.WARNING]
+        notes.append(("opened", inc.id))
+        notes += [("escalated", inc.id) for i, level in enumerate(levels) if i and level > max(levels[:i])]
+        notes += [("ended", inc.id)] if inc.ended else []
+    return sorted(notes)
+
+
+def told(notes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return sorted((n["event"], n["incident"]) for n in notes)
 
 
 def recorded(path: Path) -> list[dict[str, Any]]:
@@ -100,7 +116,8 @@ def test_scans_of_a_growing_file_read_only_new_bytes_and_notify_each_incident_on
     tmp_path: Path, full_log: bytes
 ) -> None:
     """Offsets advance by exactly what was appended; the union of alerts is check's over the file;
-    each incident at or above --fail-on reaches --notify-cmd once, with its JSON and GRADWATCH_*."""
+    each incident at or above --fail-on reaches --notify-cmd when it opens and when it ends, once
+    each, with its alert's JSON, the headline and GRADWATCH_*."""
     log, state, sent, cut = tmp_path / "run.log", tmp_path / "state.json", tmp_path / "sent.jsonl", cut_of(full_log)
     notify = ("--notify-cmd", f"{sys.executable} -c {json.dumps(RECORDER)} {sent}")
     log.write_bytes(full_log[:cut])
@@ -125,8 +142,8 @@ def test_scans_of_a_growing_file_read_only_new_bytes_and_notify_each_incident_on
 
     got = recorded(sent)
     assert 0 < notified_first < len(got)
-    assert sorted((a["detector"], a["step"]) for a in got) == notifiable(expected)
-    assert all(a["env"] == [a["detector"], str(a["step"])] and a["path"] == str(log) for a in got)
+    assert told(got) == expected_notes(log) and len(expected_notes(log)) == 4  # two incidents
+    assert all(a["env"] == [a["detector"], str(a["step"])] and a["path"] == str(log) and a["headline"] for a in got)
 
 
 def test_rotated_and_truncated_files_are_read_from_their_start(tmp_path: Path, full_log: bytes) -> None:
@@ -164,7 +181,7 @@ def test_a_failed_notification_is_retried_by_the_next_scan_then_never_again(tmp_
     working = f"{sys.executable} -c {json.dumps(RECORDER)} {sent}"
 
     code, first, err = scan(str(log), "--notify-cmd", failing, state=state)
-    n = len(notifiable(expected_alerts(log)))
+    n = len(expected_notes(log))
     assert code == 1 and first["notifications"]["owed"] == n and first["notifications"]["sent"] == 0
     assert "notification failed" in err and "pager down" in err
 
@@ -172,7 +189,7 @@ def test_a_failed_notification_is_retried_by_the_next_scan_then_never_again(tmp_
     assert second["alerts"] == [] and second["notifications"] == {"sent": n, "errors": [], "owed": 0}
     _, third, _ = scan(str(log), "--notify-cmd", working, state=state)
     assert third["notifications"]["sent"] == 0
-    assert sorted((a["detector"], a["step"]) for a in recorded(sent)) == notifiable(expected_alerts(log))
+    assert told(recorded(sent)) == expected_notes(log)
 
 
 # ---- webhook against a real HTTP server -----------------------------------------------------------
@@ -215,20 +232,19 @@ def hook_factory() -> Iterator[Any]:
 def test_webhook_generic_and_slack_payloads(tmp_path: Path, full_log: bytes, hook_factory: Any) -> None:
     log = tmp_path / "run.log"
     log.write_bytes(full_log)
-    expected = notifiable(expected_alerts(log))
-
     generic = hook_factory([])
     scan(str(log), "--webhook", generic.url, state=tmp_path / "a.json")
     assert len(generic.bodies) == 1
     ctype, body = generic.bodies[0]
     assert ctype == "application/json" and body["source"] == "gradwatch"
-    assert sorted((a["detector"], a["step"]) for a in body["alerts"]) == expected
+    assert told(body["alerts"]) == expected_notes(log)
 
     slack = hook_factory([])
     scan(str(log), "--webhook", slack.url, "--webhook-format", "slack", state=tmp_path / "b.json")
     [(_, message)] = slack.bodies
     assert set(message) == {"text"}
-    assert all(f"`{det}` {log} step {step}" in message["text"] for det, step in expected)
+    for n in body["alerts"]:
+        assert f"incident {n['event']} `{n['detector']}` {log} step {n['step']}: {n['headline']}" in message["text"]
 
 
 def test_webhook_retries_with_backoff_and_keeps_what_failed_for_the_next_scan(
@@ -236,7 +252,7 @@ def test_webhook_retries_with_backoff_and_keeps_what_failed_for_the_next_scan(
 ) -> None:
     log, state = tmp_path / "run.log", tmp_path / "state.json"
     log.write_bytes(full_log)
-    n = len(notifiable(expected_alerts(log)))
+    n = len(expected_notes(log))
 
     flaky = hook_factory([500])  # one failure, then fine: the retry inside the scan delivers
     _, ok, _ = scan(str(log), "--webhook", flaky.url, state=tmp_path / "flaky.json")
@@ -253,7 +269,7 @@ def test_webhook_retries_with_backoff_and_keeps_what_failed_for_the_next_scan(
     _, third, _ = scan(str(log), "--webhook", down.url, state=state)
     assert len(down.bodies) == 4
     assert second["notifications"] == {"sent": n, "errors": [], "owed": 0} and third["notifications"]["sent"] == 0
-    assert sorted((a["detector"], a["step"]) for a in down.bodies[3][1]["alerts"]) == notifiable(expected_alerts(log))
+    assert told(down.bodies[3][1]["alerts"]) == expected_notes(log)
 
 
 def test_a_webhook_that_refuses_the_request_is_not_retried(hook_factory: Any) -> None:
@@ -281,15 +297,15 @@ def test_a_corrupt_state_file_warns_and_rescans_with_the_normal_exit_code(tmp_pa
 
 def test_an_incompatible_state_or_a_bad_pickle_means_a_rescan_that_keeps_what_was_notified(tmp_path: Path) -> None:
     """Another format version: start over. Another gradwatch or config, or a pickle that does not
-    load: that log is read again, but incidents already notified stay notified."""
+    load: that log is read again (its incidents grouped anew), but what was notified stays notified."""
     path, log = tmp_path / "state.json", str(tmp_path / "run.log")
     settings = config.load()
-    saved = checkpoint.ScanState(checkpoint.config_digest(settings))
-    saved.files[log] = checkpoint.FileState(offset=10, check=FileCheck(log, settings), notified={"loss_spike step 7"})
+    notified = {f"{log}@7 opened warning"}
+    saved = checkpoint.ScanState(checkpoint.config_digest(settings), incidents=Correlator(), notified=notified)
+    saved.files[log] = checkpoint.FileState(offset=10, check=FileCheck(log, settings))
     checkpoint.save(path, saved)
     good = json.loads(path.read_text())
     packed = good["files"][log]["check"]
-    notified = {"loss_spike step 7"}
     cases = [
         ({**good, "version": 99}, "format version 99", set()),
         ({**good, "gradwatch": "0.0.1"}, "written by gradwatch 0.0.1", notified),
@@ -302,11 +318,12 @@ def test_an_incompatible_state_or_a_bad_pickle_means_a_rescan_that_keeps_what_wa
         state = checkpoint.load(path, saved.config, warnings.append)
         assert len(warnings) == 1 and said in warnings[0]
         kept = state.files.get(log)
-        assert (kept.notified if kept else set()) == kept_keys
+        assert state.notified == kept_keys and state.incidents is None
         assert kept is None or (kept.check is None and kept.offset == 0)
     path.write_text(json.dumps(good))
     resumed = checkpoint.load(path, saved.config, pytest.fail)
     assert resumed.files[log].offset == 10 and isinstance(resumed.files[log].check, FileCheck)
+    assert isinstance(resumed.incidents, Correlator) and resumed.notified == notified
 
 
 def test_a_state_file_others_can_write_is_refused(tmp_path: Path, full_log: bytes) -> None:
@@ -411,13 +428,13 @@ def test_a_scan_killed_while_notifying_leaves_a_usable_state(tmp_path: Path, ful
 
     recorder = f"{sys.executable} -c {json.dumps(RECORDER)} {sent}"
     code, second, _ = scan(str(log), "--notify-cmd", recorder, state=state)
-    n = len(notifiable(expected_alerts(log)))
+    n = len(expected_notes(log))
     assert [(f["restarted"], f["new_bytes"], f["offset"]) for f in second["files"]] == [(None, 0, len(full_log))]
     assert code == 0 and second["alerts"] == []  # the killed scan saved them before notifying
     assert second["notifications"] == {"sent": n, "errors": [], "owed": 0}
     _, third, _ = scan(str(log), "--notify-cmd", recorder, state=state)
     assert third["notifications"]["sent"] == 0
-    assert sorted((a["detector"], a["step"]) for a in recorded(sent)) == notifiable(expected_alerts(log))
+    assert told(recorded(sent)) == expected_notes(log)
 
 
 # ---- stall by the wall clock ----------------------------------------------------------------------

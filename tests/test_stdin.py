@@ -96,12 +96,17 @@ def test_check_of_stdin_equals_check_of_the_file(tmp_path: Path) -> None:
     assert from_pipe.returncode == from_file.returncode == 1 and from_pipe.stderr == ""
     a, b = json.loads(from_pipe.stdout), json.loads(from_file.stdout)
     assert a["files"][0]["path"] == "<stdin>" and {x["path"] for x in a["alerts"]} == {"<stdin>"}
+    assert {x["run"] for x in a["incidents"]} == {"<stdin>"}
     for report in (a, b):
-        for item in (*report["files"], *report["alerts"]):
+        for item in (*report["files"], *report["alerts"], *(x for i in report["incidents"] for x in i["alerts"])):
             item.pop("path")
+            item.pop("incident", None)  # (an incident's id is its run's name: the path)
+        for incident in report["incidents"]:
+            del incident["id"], incident["run"], incident["paths"]
     assert len(a["alerts"]) >= 2 and a == b
     text = run_cli("check", "-", stdin=log.read_bytes())
-    assert text.stdout.startswith("<stdin>  megatron  ") and "steps 1-1,200" in text.stdout.splitlines()[0]
+    head = text.stdout.split("\n\n")[1].splitlines()[0]  # (after the incidents)
+    assert head.startswith("<stdin>  megatron  ") and "steps 1-1,200" in head
 
 
 # ---- shell completion -------------------------------------------------------------------------------

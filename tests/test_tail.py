@@ -353,9 +353,12 @@ def test_on_alert_runs_the_command_with_alert_json_and_env(tmp_path: Path, tails
     alert = t.alert_at(1070)
     wait_until(out.exists)
     t.stop()
-    (call,) = [json.loads(line) for line in out.read_text().splitlines()]
-    assert call["stdin"] == {k: v for k, v in alert.items() if k != "type"}
+    (call,) = [json.loads(line) for line in out.read_text().splitlines()]  # the incident it opened
+    headline = call["stdin"].pop("headline")
+    assert call["stdin"] == {**{k: v for k, v in alert.items() if k != "type"}, "event": "opened"}
+    assert headline.startswith("grad norm ") and alert["incident"] == f"{log}@1070"
     env = call["env"]
+    assert env["GRADWATCH_EVENT"] == "opened" and env["GRADWATCH_INCIDENT"] == alert["incident"]
     assert env["GRADWATCH_DETECTOR"] == "grad_norm_spike" and env["GRADWATCH_SEVERITY"] == "warning"
     assert env["GRADWATCH_STEP"] == "1070" and env["GRADWATCH_PATH"] == str(log)
     assert env["GRADWATCH_MESSAGE"] == alert["message"]

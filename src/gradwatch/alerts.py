@@ -46,11 +46,17 @@ class Alert:
     path: str | None = None
     #: the evidence file written for it with --snapshot-dir (None: none)
     snapshot: str | None = None
+    #: the id of the incident it belongs to (`gradwatch.incidents`; None: none, or not grouped yet)
+    incident: str | None = None
+    #: every file of a run of several files (`--run`) that raised this same alert, `path` first;
+    #: empty when only `path` did
+    paths: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe dict: non-finite numbers become null so the output stays valid JSON."""
         out = asdict(self)
         out["severity"] = str(self.severity)
+        out["paths"] = list(self.paths)
         for key in ("value", "baseline", "threshold"):
             v = out[key]
             out[key] = float(v) if v is not None and math.isfinite(v) else None
@@ -60,7 +66,8 @@ class Alert:
     def from_json(cls, data: dict[str, Any]) -> Alert:
         """The inverse of `to_json` (non-finite numbers stay None), for alerts kept in state files."""
         known = {f.name for f in fields(cls)}
-        return cls(**{**{k: v for k, v in data.items() if k in known}, "severity": Severity.parse(data["severity"])})
+        kept = {k: v for k, v in data.items() if k in known}
+        return cls(**{**kept, "severity": Severity.parse(data["severity"]), "paths": tuple(kept.get("paths", ()))})
 
     def sort_key(self) -> tuple[str, int, int]:
         return (self.path or "", self.line or 0, self.step or 0)

@@ -44,11 +44,27 @@ SNAPSHOT_OPTION = click.option(
     "recent records, the raw lines around it, the detector's settings, recent events. Limits: the "
     "`snapshots:` config section.",
 )
+PREVIOUS_OPTION = click.option(
+    "--previous",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    metavar="OLD_LOG",
+    help="The log of the job before (one log file per job): the first start of each file is audited as "
+    "a restart of the run OLD_LOG left (precision, optimizer state, LR, consumed samples, seed, data).",
+)
 #: `--output` formats for CI (sinks/ci.py), for check and scan.
 CI_OUTPUTS = ("junit", "github", "markdown")
 CI_OUTPUTS_HELP = (
     "junit: JUnit XML; github: GitHub Actions annotations; "
     "markdown: tables, also appended to $GITHUB_STEP_SUMMARY when set."
+)
+RUN_OPTION = click.option(
+    "--run",
+    "run_name",
+    default=None,
+    metavar="NAME",
+    help="The files are one run named NAME (rank files, per-node outputs, successive jobs): an alert "
+    "that several of them print for the same step is one alert naming them, and incidents are the run's.",
 )
 #: Log paths: files are offered when completing them in a shell.
 PATHS_ARGUMENT = click.argument("paths", nargs=-1, required=True, type=click.Path())
@@ -177,6 +193,8 @@ def cli() -> None:
     help="Worker processes that parse a large (64 MB+) uncompressed log "
     "(default: one per core, at most 8; 1: everything in this process).",
 )
+@PREVIOUS_OPTION
+@RUN_OPTION
 def check(
     paths: tuple[str, ...],
     config_path: str | None,
@@ -185,6 +203,8 @@ def check(
     fail_on: str,
     snapshot_dir: str | None,
     jobs: int | None,
+    previous: str | None,
+    run_name: str | None,
 ) -> None:
     """Check archived logs and report what went wrong, where, and what to do.
 
@@ -215,7 +235,16 @@ def check(
 
     settings = config.load(config_path)
     snapshots = _snapshot_writer(snapshot_dir, settings)
-    report = run_check(list(paths), settings, fmt, Severity.parse(fail_on), snapshots=snapshots, jobs=jobs)
+    report = run_check(
+        list(paths),
+        settings,
+        fmt,
+        Severity.parse(fail_on),
+        snapshots=snapshots,
+        jobs=jobs,
+        previous=previous,
+        run=run_name,
+    )
     _emit(report, output)
     sys.exit(int(report.exit_code))
 
@@ -259,10 +288,11 @@ def _emit(report: Any, output: str) -> None:
     "--notify-cmd",
     default=None,
     metavar="CMD",
-    help="Run CMD once per new incident at or above --fail-on (split like a shell, run without one): "
-    "alert JSON on stdin, GRADWATCH_* environment variables, 30 s limit.",
+    help="Run CMD when an incident at or above --fail-on opens, escalates and ends (split like a shell, "
+    "run without one): its alert's JSON with event and headline on stdin, GRADWATCH_* environment "
+    "variables, 30 s limit.",
 )
-@click.option("--webhook", default=None, metavar="URL", help="POST new incidents as JSON to URL.")
+@click.option("--webhook", default=None, metavar="URL", help="POST incident updates as JSON to URL.")
 @click.option(
     "--webhook-format",
     type=click.Choice(["generic", "slack"]),
@@ -288,6 +318,7 @@ def _emit(report: Any, output: str) -> None:
     help="How long to wait for another scan of the same --state before giving up (exit 3).",
 )
 @SNAPSHOT_OPTION
+@RUN_OPTION
 def scan(
     paths: tuple[str, ...],
     state_path: str,
@@ -300,12 +331,14 @@ def scan(
     fail_on: str,
     lock_wait: float,
     snapshot_dir: str | None,
+    run_name: str | None,
 ) -> None:
     """Scan logs once, reading only what was appended since the last scan (for cron).
 
     PATHS are log files, directories or quoted globs, as for check. A rotated or
-    truncated log is read again from its start. Each incident (detector, file,
-    step) is notified once; a failed notification is retried by the next scan.
+    truncated log is read again from its start. Alerts are grouped into incidents;
+    each is notified when it opens, escalates and ends, once each; a failed
+    notification is retried by the next scan.
     A run with no new step for longer than its stall limit (wall clock) alerts once.
 
     \b
@@ -326,7 +359,9 @@ def scan(
 
     settings = cfg.load(config_path)
     snapshots = _snapshot_writer(snapshot_dir, settings)
-    options = scan_options(state_path, fail_on, notify_cmd, webhook, webhook_format, textfile, lock_wait, snapshots)
+    options = scan_options(
+        state_path, fail_on, notify_cmd, webhook, webhook_format, textfile, lock_wait, snapshots, run_name
+    )
     report = run_scan(list(paths), settings, options, warn=lambda m: click.echo(f"warning: {m}", err=True))
     _emit(report, output)
     sys.exit(int(report.exit_code))
@@ -356,8 +391,9 @@ def scan(
     "--on-alert",
     default=None,
     metavar="CMD",
-    help="Run CMD for each alert at or above --on-alert-severity found while following (split like a "
-    "shell, run without one): alert JSON on stdin, GRADWATCH_* environment variables.",
+    help="Run CMD while following when an incident reaches --on-alert-severity, again when it escalates "
+    "and once when it ends (split like a shell, run without one): its alert's JSON with event and "
+    "headline on stdin, GRADWATCH_* environment variables.",
 )
 @click.option(
     "--on-alert-severity",
@@ -404,6 +440,8 @@ def scan(
     metavar="ADDR",
     help="Address --metrics-port listens on (0.0.0.0: every interface).",
 )
+@PREVIOUS_OPTION
+@RUN_OPTION
 def tail(
     paths: tuple[str, ...],
     config_path: str | None,
@@ -419,6 +457,8 @@ def tail(
     snapshot_dir: str | None,
     metrics_port: int | None,
     metrics_addr: str,
+    previous: str | None,
+    run_name: str | None,
 ) -> None:
     """Follow live logs and alert as problems appear, through rotation and truncation.
 
@@ -458,6 +498,8 @@ def tail(
         snapshot_dir=snapshot_dir,
         metrics_port=metrics_port,
         metrics_addr=metrics_addr,
+        previous=previous,
+        run=run_name,
     )
     sys.exit(int(run_tail(options, cfg.load(config_path))))
 
@@ -577,19 +619,26 @@ def _plugin_origin(kind: str, name: str) -> str:
 )
 @CONFIG_OPTION
 @click.option("--format", "fmt", default=None, metavar="NAME", help="Read PATH as format NAME.")
-def export(path: str, out_path: str, config_path: str | None, fmt: str | None) -> None:
+@click.option(
+    "--configs",
+    is_flag=True,
+    help="Write what the run was told at each start (its configuration blocks) as JSON lines, not the records.",
+)
+def export(path: str, out_path: str, config_path: str | None, fmt: str | None, configs: bool) -> None:
     """Export the parsed records of one log to CSV, JSON lines or Parquet.
 
     \b
     Examples:
       gradwatch export main_log.txt --out records.csv
       gradwatch export main_log.txt.gz --out records.parquet
+      gradwatch export main_log.txt --configs --out configs.jsonl
     """
     from gradwatch import config as cfg
     from gradwatch.commands.export import run_export
 
-    n, how = run_export(path, out_path, cfg.load(config_path), fmt)
-    click.echo(f"wrote {n:,} record{'s' if n != 1 else ''} to {out_path}, read as {how}")
+    n, how = run_export(path, out_path, cfg.load(config_path), fmt, configs)
+    what = "config" if configs else "record"
+    click.echo(f"wrote {n:,} {what}{'s' if n != 1 else ''} to {out_path}, read as {how}")
 
 
 OUT_OPTION = click.option(

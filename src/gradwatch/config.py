@@ -55,6 +55,19 @@ class SnapshotConfig:
 
 
 @dataclass(frozen=True)
+class IncidentConfig:
+    """How alerts are grouped into incidents (`gradwatch.incidents`; see default.yaml)."""
+
+    gap_logs: int = 25
+    restart_steps: int = 1000
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) < 1:
+                raise ValueError(f"{f.name} must be at least 1, got {getattr(self, f.name)}")
+
+
+@dataclass(frozen=True)
 class Settings:
     """The effective configuration of one run of gradwatch."""
 
@@ -67,6 +80,7 @@ class Settings:
     snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
     #: plugin files named under `plugins:`, as absolute paths
     plugins: tuple[str, ...] = ()
+    incidents: IncidentConfig = field(default_factory=IncidentConfig)
 
 
 def default_text() -> str:
@@ -192,7 +206,9 @@ def _build(raw: dict[str, Any], where: str) -> Settings:
             raise ConfigError(f"{where}: {key}.pattern is not a valid regex: {e}") from None
         custom.append(CustomFormat(item["name"], item["pattern"], item.get("description", "")))
     snapshots = _dataclass_from(SnapshotConfig, raw.get("snapshots") or {}, "snapshots", where)
-    return Settings(detectors, aliases, synonyms, tuple(custom), raw, snapshots, tuple(raw.get("plugins") or ()))
+    incidents = _dataclass_from(IncidentConfig, raw.get("incidents") or {}, "incidents", where)
+    plugins = tuple(raw.get("plugins") or ())
+    return Settings(detectors, aliases, synonyms, tuple(custom), raw, snapshots, plugins, incidents)
 
 
 def _name_table(formats: dict[str, Any], key: str, where: str) -> dict[str, str]:
@@ -251,6 +267,7 @@ def effective_yaml(settings: Settings) -> str:
             "custom": [dataclasses.asdict(c) for c in settings.custom_formats],
         },
         "snapshots": dataclasses.asdict(settings.snapshots),
+        "incidents": dataclasses.asdict(settings.incidents),
         "detectors": {k: dataclasses.asdict(v) for k, v in settings.detectors.items()},
     }
     return yaml.safe_dump(data, sort_keys=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,8 +19,10 @@ from gradwatch.alerts import Alert, Severity
 from gradwatch.config import Settings
 from gradwatch.detectors import DETECTORS, Detector
 from gradwatch.detectors.base import ColumnBatch
+from gradwatch.detectors.resume_config import ResumeConfig, RunEnd, continue_run
 from gradwatch.downsample import MinMaxBuckets
 from gradwatch.errors import InputError, WorkerError
+from gradwatch.events import Event, EventKind
 from gradwatch.parsers import PARSERS, Parser, new_parsers
 from gradwatch.parsers.generic import GenericParser
 from gradwatch.parsers.stream import Batch, LogStream, format_text
@@ -56,11 +58,20 @@ class FileSummary:
     #: ids of the detectors that judged the file (JUnit's test cases); a class default, so that
     #: summaries pickled in older scan states still have it
     detectors: tuple[str, ...] = ()
+    #: what the run was told at each start: per `config` event, its line, step, source and
+    #: canonical keys (the raw keys stay with the event: `gradwatch export --configs`); a tuple
+    #: class default, as `detectors`
+    configs: tuple[dict[str, Any], ...] = ()
 
     @property
     def format_text(self) -> str:
         """The format as people read it: with the layout where the parser says one."""
         return format_text(self.format, self.layout)
+
+
+def config_summary(event: Event) -> dict[str, Any]:
+    """A `config` event as reports give it: where, which block, and its canonical keys."""
+    return {"line": event.line, "step": event.step, "source": event.data["source"], "config": event.data["config"]}
 
 
 #: Buckets per metric kept for sparklines: small and fixed, whatever the log's length.
@@ -137,11 +148,19 @@ class FileCheck:
     evidence: Evidence | None = None
 
     def __init__(
-        self, path: str, settings: Settings, fmt: str | None = None, on_batch: Callable[[Batch], None] | None = None
+        self,
+        path: str,
+        settings: Settings,
+        fmt: str | None = None,
+        on_batch: Callable[[Batch], None] | None = None,
+        previous: RunEnd | None = None,
     ) -> None:
+        """`previous`: where the job before this file left the run (`--previous`, `run_end`)."""
         self.summary = FileSummary(path)
         self.stream = new_stream(settings, fmt, path)
         self.detectors = build_detectors(settings, path)
+        if previous is not None:
+            continue_run(self.detectors, previous)
         self.summary.detectors = tuple(d.id for d in self.detectors)
         self.on_batch = on_batch
 
@@ -192,10 +211,13 @@ class FileCheck:
         return alerts
 
     def _summarise(self, batch: ColumnBatch) -> None:
+        s = self.summary
+        configs = [e for e in batch.events if e.kind is EventKind.CONFIG]
+        if configs:
+            s.configs = (*s.configs, *map(config_summary, configs))
         cols = batch.columns
         if len(cols) == 0:
             return
-        s = self.summary
         s.records += len(cols)
         s.spike_score.update(cols)
         all_steps = cols["step"]
@@ -224,15 +246,17 @@ def check_path(
     snapshots: SnapshotWriter | None = None,
     jobs: int = 1,
     on_bytes: Callable[[int], None] | None = None,
+    previous: RunEnd | None = None,
 ) -> tuple[FileSummary, list[Alert]]:
     """Check one archived file, or all of standard input when `path` is None, from start to end.
 
     `on_batch` as in `FileCheck`; `snapshots` writes the evidence of each alert (and keeps the
     read in this process); `jobs` > 1 lets a large file be parsed by that many worker processes;
-    `on_bytes` is told how many more bytes were read, as they are (progress bars).
+    `on_bytes` is told how many more bytes were read, as they are (progress bars); `previous` as
+    in `FileCheck`.
     """
     advance = on_bytes or (lambda n: None)
-    check = FileCheck(STDIN if path is None else str(path), settings, fmt, on_batch)
+    check = FileCheck(STDIN if path is None else str(path), settings, fmt, on_batch, previous)
     if snapshots is not None:
         snapshots.watch(check)
 
@@ -257,6 +281,22 @@ def check_path(
         check.summary.error = no_format_message(check.summary.path, check.stream.lines, fmt)
     alerts.sort(key=Alert.sort_key)
     return check.summary, alerts
+
+
+def run_end(path: Path, settings: Settings, fmt: str | None = None) -> RunEnd:
+    """Where the log at `path` left its run (`--previous`): read as `check` reads it, with only
+    the restart audit judging.
+
+    Raises:
+        InputError: the file cannot be read.
+    """
+    check = FileCheck(str(path), settings, fmt)
+    audit = next((d for d in check.detectors if isinstance(d, ResumeConfig)), None) or ResumeConfig(path=str(path))
+    check.detectors = [audit]
+    for chunk in read_chunks(path, archive.CHUNK_BYTES):
+        check.feed(chunk)
+    check.close()
+    return audit.end()
 
 
 def _read_split(check: FileCheck, path: Path, jobs: int, advance: Callable[[int], None]) -> list[Alert]:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gradwatch.alerts import Severity
+from gradwatch.alerts import Alert, Severity
 from gradwatch.config import Settings
 from gradwatch.errors import InputError, UsageError
-from gradwatch.pipeline import check_path
+from gradwatch.incidents import Correlator, in_run_order
+from gradwatch.parsers.stream import Batch
+from gradwatch.pipeline import check_path, run_end
 from gradwatch.sinks.progress import CheckProgress
 from gradwatch.sinks.report import Report
 from gradwatch.sources.archive import expand_paths
+from gradwatch.sources.stdin import STDIN
 
 if TYPE_CHECKING:
     from gradwatch.sinks.snapshot import SnapshotWriter
@@ -24,10 +28,14 @@ def run_check(
     fail_on: Severity,
     snapshots: SnapshotWriter | None = None,
     jobs: int | None = None,
+    previous: str | None = None,
+    run: str | None = None,
 ) -> Report:
     """Check `paths` in order; `-` is standard input (a file named `-` is `./-`).
 
-    `jobs`: worker processes for a large file (None: `workers.default_jobs()`).
+    `jobs`: worker processes for a large file (None: `workers.default_jobs()`). `previous`: the
+    log of the job before (`--previous`): each file's first start is a restart of the run it left.
+    `run`: the files are one run of that name (`--run`): their alerts and incidents are the run's.
     """
     from gradwatch.parsers import new_parsers
     from gradwatch.workers import default_jobs
@@ -42,12 +50,38 @@ def run_check(
         files += [None] if arg == "-" else expand_paths([arg])
     if not files:
         raise InputError(f"no log files found in {', '.join(paths)}")
+    before = None if previous is None else run_end(Path(previous), settings, fmt)
+    correlator = Correlator(settings.incidents, run)
+    found: dict[str, list[list[Alert]]] = {}
     with CheckProgress() as progress:
         for path in files:
             progress.start_file(path)
+            name = STDIN if path is None else str(path)
             summary, alerts = check_path(
-                path, settings, fmt, snapshots=snapshots, jobs=jobs or default_jobs(), on_bytes=progress.advance
+                path,
+                settings,
+                fmt,
+                on_batch=_observer(correlator, name),
+                snapshots=snapshots,
+                jobs=jobs or default_jobs(),
+                on_bytes=progress.advance,
+                previous=before,
             )
             report.files.append(summary)
-            report.alerts.extend(alerts)
+            found.setdefault(run or name, []).append(alerts)
+    for per_file in found.values():
+        correlator.add_all(in_run_order(per_file))
+    correlator.settle()
+    report.alerts = sorted(correlator.alerts, key=Alert.sort_key)
+    report.incidents = correlator.incidents
     return report
+
+
+def _observer(correlator: Correlator, path: str) -> Callable[[Batch], None]:
+    """What `check_path` calls with each batch of `path`: its restarts, overflows and steps go to
+    the incidents (check tells no note: it reports the incidents at the end)."""
+
+    def observe(batch: Batch) -> None:
+        correlator.observe(path, batch)
+
+    return observe

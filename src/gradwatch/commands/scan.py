@@ -2,8 +2,10 @@
 
 Made for cron. Under the state file's lock, each log is read from its saved offset only (from its
 start when it was rotated or truncated) into its resumed parsers and detectors; a run silent for
-longer than the stall limit by the wall clock is reported once; each new incident at or above
-`fail_on` is queued once for the notification sinks; what is owed is saved, then delivered; the
+longer than the stall limit by the wall clock is reported once; the alerts are grouped into
+incidents (`gradwatch.incidents`, kept in the state between scans; `--run` makes the files one
+run), and each incident at or above `fail_on` is queued for the notification sinks once when it
+opens, again when it escalates and once when it ends; what is owed is saved, then delivered; the
 Prometheus textfile is written; the state is saved again. A scan killed at any point leaves the
 previous state or the new one, never a mix, and the next scan carries on from it. With
 `--snapshot-dir`, each warning or critical alert gets a snapshot of its evidence; the recent lines
@@ -24,9 +26,10 @@ from gradwatch.alerts import Alert, Severity
 from gradwatch.config import Settings
 from gradwatch.detectors.stall import Stall
 from gradwatch.errors import InputError, UsageError
+from gradwatch.incidents import Correlator, Note, in_run_order
 from gradwatch.pipeline import FileCheck, FileSummary
 from gradwatch.sinks import prometheus
-from gradwatch.sinks.outbox import CommandSink, Owed, Sink, WebhookSink, deliver, incident_key
+from gradwatch.sinks.outbox import CommandSink, Owed, Sink, WebhookSink, deliver, note_key
 from gradwatch.sinks.scan_report import FileRead, ScanReport
 from gradwatch.sinks.snapshot import SnapshotWriter
 from gradwatch.sinks.webhook import check_url
@@ -52,6 +55,8 @@ class ScanOptions:
     #: seconds to wait for another scan that holds the state file's lock
     lock_wait_s: float = 10.0
     snapshots: SnapshotWriter | None = None
+    #: the files are one run of this name (`--run`); None: each file is a run
+    run: str | None = None
 
 
 def run_scan(
@@ -70,11 +75,23 @@ def run_scan(
     with state_lock(options.state, options.lock_wait_s):
         state = checkpoint.load(options.state, checkpoint.config_digest(settings), warn)
         now = time.time()
+        correlator = state.incidents = state.incidents or Correlator(settings.incidents, options.run)
+        found: dict[str, list[list[Alert]]] = {}
+        notes: list[Note] = []
         for path in files:
-            summary, alerts = _scan_file(path, state, settings, now, report, options.snapshots)
+            summary, alerts = _scan_file(path, state, settings, now, report, options.snapshots, notes)
             report.files.append(summary)
-            report.alerts.extend(sorted(alerts, key=Alert.sort_key))
-            _queue(alerts, state, options)
+            found.setdefault(options.run or str(path), []).append(sorted(alerts, key=Alert.sort_key))
+        for per_file in found.values():
+            for alert in in_run_order(per_file):
+                kept, told = correlator.add(alert)
+                if kept is not None:
+                    report.alerts.append(kept)
+                notes += told
+        notes += correlator.settle()
+        changed = {a.incident for a in report.alerts} | {n.incident for n in notes}
+        report.incidents = [inc for inc in correlator.incidents if inc.id in changed]
+        _queue(report.alerts, notes, state, options)
         _forget_vanished(state)
         if state.outbox and options.sinks:
             checkpoint.save(options.state, state)  # what is owed survives a crash during delivery
@@ -89,9 +106,16 @@ def run_scan(
 
 
 def _scan_file(
-    path: Path, state: ScanState, settings: Settings, now: float, report: ScanReport, snapshots: SnapshotWriter | None
+    path: Path,
+    state: ScanState,
+    settings: Settings,
+    now: float,
+    report: ScanReport,
+    snapshots: SnapshotWriter | None,
+    notes: list[Note],
 ) -> tuple[FileSummary, list[Alert]]:
-    """Read what is new in one file; returns its summary and the alerts of this scan."""
+    """Read what is new in one file; returns its summary and the alerts of this scan. Its batches
+    go to the incidents too; the notes of incidents they ended are added to `notes`."""
     key = str(path)
     fs = state.files.get(key) or FileState()
     read = report.reads[key] = FileRead(offset=fs.offset)
@@ -123,6 +147,10 @@ def _scan_file(
             found = check.feed(chunk)
             return found if snapshots is None else snapshots.attach(check, found)
 
+        assert state.incidents is not None  # (made by run_scan)
+        observe = state.incidents.observe
+        check.on_batch = lambda batch: notes.extend(observe(key, batch))
+
         check.summary.error = None
         records_before = check.summary.records
         alerts: list[Alert] = []
@@ -136,6 +164,7 @@ def _scan_file(
         except (OSError, InputError) as e:
             check.summary.error = str(e) if isinstance(e, InputError) else f"{path}: read failed: {e.strerror or e}"
         fs.fingerprint = Fingerprint.of(fd)
+        check.on_batch = None  # (pickled with the state: no closures)
     finally:
         os.close(fd)
     read.offset = fs.offset
@@ -190,18 +219,23 @@ def _wall_clock_stall(check: FileCheck, fs: FileState, now: float) -> list[Alert
     return []
 
 
-def _queue(alerts: list[Alert], state: ScanState, options: ScanOptions) -> None:
-    """Count every alert; owe each new incident at or above fail_on to every sink, once."""
+def _queue(alerts: list[Alert], notes: list[Note], state: ScanState, options: ScanOptions) -> None:
+    """Count every alert; owe each note of an incident at or above fail_on to every sink, once
+    (an end only where the incident was told)."""
     for alert in alerts:
         fs = state.files[alert.path or ""]
         counter = (alert.detector, str(alert.severity))
         fs.alerts[counter] = fs.alerts.get(counter, 0) + 1
-        key = incident_key(alert)
-        if alert.severity < options.fail_on or key in fs.notified:
+    told = {key.rsplit(" ", 2)[0] for key in state.notified}
+    for note in notes:
+        key = note_key(note)
+        due = note.incident in told if note.event == "ended" else note.severity >= options.fail_on
+        if not due or key in state.notified:
             continue
-        fs.notified.add(key)
+        state.notified.add(key)
+        told.add(note.incident)
         if options.sinks:
-            state.outbox.append(Owed(alert, {s.name for s in options.sinks}))
+            state.outbox.append(Owed(note, {s.name for s in options.sinks}))
 
 
 def _forget_vanished(state: ScanState) -> None:
@@ -240,6 +274,7 @@ def scan_options(
     textfile: str | None,
     lock_wait_s: float,
     snapshots: SnapshotWriter | None = None,
+    run: str | None = None,
 ) -> ScanOptions:
     """Turn the command line into options; a bad value fails here, before any log is read."""
     sinks: list[Sink] = []
@@ -261,4 +296,5 @@ def scan_options(
         textfile=None if textfile is None else Path(textfile),
         lock_wait_s=lock_wait_s,
         snapshots=snapshots,
+        run=run,
     )

@@ -1,11 +1,13 @@
-"""`gradwatch tail`: follow live logs, alert as things happen, run a command for the bad alerts.
+"""`gradwatch tail`: follow live logs, alert as things happen, run a command for the bad incidents.
 
 One loop on the main thread: wait for a wake-up (a filesystem event, or the poll timer), read
-what is new in every file, feed each file's own `FileCheck`, and hand alerts, file notices and
-statuses to the output. History is read first in whole chunks, so baselines are warm when
+what is new in every file, feed each file's own `FileCheck`, group its alerts into incidents (one
+`Correlator` for all files; `--run` makes them one run), and hand alerts, incidents, file notices
+and statuses to the output. History is read first in whole chunks, so baselines are warm when
 following starts (`--from-end` skips it; detectors then start cold). `--on-alert` commands run on
-a worker thread, one at a time, so a slow pager never delays reading; they run only for alerts
-found while following, not for the history (an old alert must not `scancel` a job that has since
+a worker thread, one at a time, so a slow pager never delays reading; they run once when an
+incident reaches `--on-alert-severity`, again when it escalates and once when it ends, only while
+following, not for the history (an old alert must not `scancel` a job that has since
 recovered). The stall detector is also asked, at every wake-up, about silence by the wall clock.
 
 `-` reads standard input instead (`python train.py 2>&1 | tee -p train.log | gradwatch tail -`):
@@ -33,13 +35,15 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.config import Settings
 from gradwatch.detectors.stall import Stall
 from gradwatch.errors import ExitCode, UsageError
+from gradwatch.incidents import Correlator, Note
 from gradwatch.parsers.stream import Batch
-from gradwatch.pipeline import FileCheck
+from gradwatch.pipeline import FileCheck, run_end
 from gradwatch.plugins import failures as plugin_failures
 from gradwatch.sinks import prometheus
 from gradwatch.sinks.metrics_http import MetricsServer
@@ -81,6 +85,10 @@ class TailOptions:
     #: serve Prometheus metrics on this port (0: any free one); None: do not
     metrics_port: int | None = None
     metrics_addr: str = "127.0.0.1"
+    #: the files are one run of this name (`--run`); None: each file is a run
+    run: str | None = None
+    #: the log of the job before (`--previous`): each file's first start is a restart of its run
+    previous: str | None = None
 
 
 def run_tail(opts: TailOptions, settings: Settings, clock: Callable[[], float] = time.time) -> ExitCode:
@@ -144,6 +152,8 @@ class _Tail:
         self, opts: TailOptions, settings: Settings, sink: TailSink, argv: list[str] | None, clock: Callable[[], float]
     ) -> None:
         self.opts, self.settings, self.sink, self.argv, self.clock = opts, settings, sink, argv, clock
+        # (read before anything is started that would need stopping: it may raise InputError)
+        self.previous = None if opts.previous is None else run_end(Path(opts.previous), settings, opts.fmt)
         self.snapshots = (
             None
             if opts.snapshot_dir is None
@@ -157,13 +167,15 @@ class _Tail:
         self.last_step_at: dict[str, float] = {}
         self.alerts: list[Alert] = []
         self.counts = severity_counts([])  # of `alerts`, kept as they come: the status is made at every wake-up
+        self.correlator = Correlator(settings.incidents, opts.run)
+        self.paged: set[str] = set()  # incidents told to --on-alert: only they are told when they end
         self.stdin = StdinFollower(self._on_data) if opts.paths == ("-",) else None
         self.following = self.stdin is not None  # history is read (a pipe has none): alerts may run --on-alert
         self.reason: str | None = None  # why the run stops; None while it goes on
         self.last_data: float | None = None
         self.rate: deque[tuple[float, int]] = deque()
         self.commands = ThreadPoolExecutor(max_workers=1, thread_name_prefix="on-alert") if argv else None
-        self.pending: list[tuple[Alert, Future[str | None]]] = []
+        self.pending: list[tuple[Note, Future[str | None]]] = []
         self.follower: Follower | StdinFollower
         self.waker: Waker
         if self.stdin is not None:
@@ -267,6 +279,7 @@ class _Tail:
             self._dispatch(self._evidenced(check, check.close()))
             if self.snapshots is not None:
                 self.snapshots.close(check)
+        self._tell(self.correlator.settle())
 
     def _shut_down(self) -> None:
         self.waker.close()
@@ -299,7 +312,11 @@ class _Tail:
         check = self.checks.get(path)
         if check is None:
             check = self.checks[path] = FileCheck(
-                path, self.settings, self.opts.fmt, on_batch=lambda batch: self._on_batch(path, batch)
+                path,
+                self.settings,
+                self.opts.fmt,
+                on_batch=lambda batch: self._on_batch(path, batch),
+                previous=self.previous,
             )
             self.stalls[path] = next((d for d in check.detectors if isinstance(d, Stall)), None)
             if self.snapshots is not None:
@@ -309,6 +326,7 @@ class _Tail:
                 self.sink.notice(Notice("unreadable", path, detail))
         self.last_data = self.clock()
         self._dispatch(self._evidenced(check, check.feed(data)))
+        self._tell(self.correlator.settle())
 
     def _evidenced(self, check: FileCheck, alerts: list[Alert]) -> list[Alert]:
         return alerts if self.snapshots is None else self.snapshots.attach(check, alerts)
@@ -319,18 +337,34 @@ class _Tail:
             # history: the file's last write is the best guess of when its last step was logged
             self.last_step_at[path] = now if self.following else min(now, _mtime(path, now))
         self.sink.batch(self.checks[path], batch)
+        self._tell(self.correlator.observe(path, batch))
 
     def _dispatch(self, alerts: list[Alert]) -> None:
-        for alert in alerts:
+        for found in sorted(alerts, key=Alert.sort_key):  # (line order, as check groups them)
+            alert, notes = self.correlator.add(found)
+            if alert is None:
+                continue  # another rank's copy of an alert already shown: that one names this file now
             self.alerts.append(alert)
             self.counts[str(alert.severity)] += 1
-            if self.commands is not None and self.following and alert.severity >= self.on_alert_level:
-                assert self.argv is not None  # paged first: a screen that fails (a full disk) must not stop it
-                future = self.commands.submit(run_command, self.argv, alert, self.opts.on_alert_timeout)
-                self.pending.append((alert, future))
-            self.sink.alert(alert)
+            self._tell(notes, alert)
             if self.exit_level is not None and alert.severity >= self.exit_level and self.reason is None:
                 self.reason = f"--exit-on {self.exit_level}"
+
+    def _tell(self, notes: list[Note], alert: Alert | None = None) -> None:
+        """The alert that caused them, and incidents that opened, escalated or ended: to --on-alert
+        while following (once an incident reached --on-alert-severity: then its escalations and its
+        end too), then to the output."""
+        for note in notes:
+            page = note.incident in self.paged if note.event == "ended" else note.severity >= self.on_alert_level
+            if self.commands is not None and self.following and page:
+                assert self.argv is not None  # paged first: a screen that fails (a full disk) must not stop it
+                self.paged.add(note.incident)
+                future = self.commands.submit(run_command, self.argv, note, self.opts.on_alert_timeout)
+                self.pending.append((note, future))
+        if alert is not None:
+            self.sink.alert(alert)
+        for note in notes:
+            self.sink.incident(note)
 
     def _wall_clock_stalls(self, now: float) -> None:
         for path, stall in self.stalls.items():
@@ -348,13 +382,14 @@ class _Tail:
 
     def _report_commands(self) -> None:
         still = []
-        for alert, future in self.pending:
+        for note, future in self.pending:
             if not future.done():
-                still.append((alert, future))
+                still.append((note, future))
                 continue
             failure = future.result()
             if failure is not None:
-                self.sink.notice(Notice("on-alert failed", alert.path or "", f"{failure} (for {alert.detector})"))
+                detail = f"{failure} (for incident {note.incident}, {note.event})"
+                self.sink.notice(Notice("on-alert failed", note.alert.path or "", detail))
         self.pending = still
 
     def _status(self, now: float) -> TailStatus:

@@ -17,6 +17,7 @@ from gradwatch.detectors.loss_plateau import LossPlateau
 from gradwatch.detectors.loss_scale_collapse import LossScaleCollapse
 from gradwatch.detectors.loss_spike import LossSpike
 from gradwatch.detectors.nonfinite import Nonfinite
+from gradwatch.detectors.resume_config import ResumeConfig
 from gradwatch.detectors.resume_regression import ResumeRegression
 from gradwatch.detectors.skipped_steps import SkippedSteps
 from gradwatch.detectors.stall import Stall
@@ -76,6 +77,7 @@ for _cls in (
     LossScaleCollapse,
     SkippedSteps,
     ResumeRegression,
+    ResumeConfig,
     LogitNormDrift,
     Stall,
     ThroughputDrop,

@@ -20,19 +20,39 @@ medians and the lowest one, so a 1 GB log costs no Python work per row and no gr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import bottleneck as bn
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import BuiltInConfig, Detector, columns
+from gradwatch.detectors.latest_config import LatestConfig
 from gradwatch.parsers.stream import Batch
 
 _HINT = (
     "the output-logit norm is growing while the loss hides it: with FSDP, reduce gradients in float32 "
     "(e.g. reduce_dtype=float32), add z-loss or lower the learning rate; compare with a run on fewer nodes"
 )
+
+
+def hint(told: dict[str, Any]) -> str:
+    """The hint, naming the run's FSDP reduce dtype and its size where the log printed them."""
+    dtype = told.get("fsdp_reduce_dtype")
+    size = ", ".join(f"{told[k]} {what}" for k, what in (("nodes", "nodes"), ("world_size", "GPUs")) if told.get(k))
+    on = f" on {size}" if size else ""
+    if dtype is None:
+        return _HINT + (f" (this run: {size})" if size else "")
+    if "32" in str(dtype):
+        return (
+            f"the output-logit norm is growing while the loss hides it: this run already reduces FSDP "
+            f"gradients in {dtype} (fsdp_reduce_dtype){on}; add z-loss or lower the learning rate"
+        )
+    return (
+        f"the output-logit norm is growing while the loss hides it: this run reduces FSDP gradients in "
+        f"{dtype} (fsdp_reduce_dtype){on}, which loses precision as more ranks are summed; reduce in "
+        "float32 (reduce_dtype=float32), add z-loss or lower the learning rate; compare with a run on fewer nodes"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +83,8 @@ class LogitNormDrift(Detector):
     description = "output-logit norm or z-loss growing steadily while the loss is flat or falling"
     Config = LogitNormDriftConfig
     config: LogitNormDriftConfig
+    #: the run's configuration for the hint (a class default for states pickled before it)
+    _told: LatestConfig | None = None
 
     def __init__(self, config: LogitNormDriftConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
@@ -70,6 +92,9 @@ class LogitNormDrift(Detector):
         self._ppl_alerted = False
 
     def update(self, batch: Batch) -> list[Alert]:
+        if self._told is None:
+            self._told = LatestConfig()
+        self._told.read(batch.events)
         rec = columns(batch)
         if len(rec) == 0:
             return []
@@ -138,8 +163,11 @@ class LogitNormDrift(Detector):
             low,
             growth * low,
             f"{name} grew {now / low:.1f}x (median {low:.4g} -> {now:.4g}) while the loss did not rise",
-            _HINT,
+            self._hint(int(lines[pos])),
         )
+
+    def _hint(self, line: int) -> str:
+        return hint(self._told.at(line) if self._told is not None else {})
 
     def _ppl(self, batch: Batch) -> list[Alert]:
         if self._ppl_alerted:
@@ -160,7 +188,7 @@ class LogitNormDrift(Detector):
                         None,
                         None,
                         f"perplexity is not finite while the loss is {loss[pos]:.4g}",
-                        _HINT,
+                        self._hint(int(lines[pos])),
                     )
                 ]
         return []

@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import BuiltInConfig, Detector, columns
+from gradwatch.detectors.latest_config import LatestConfig
 from gradwatch.events import EventKind
 from gradwatch.parsers.stream import Batch
 
@@ -37,6 +38,31 @@ _HINT = (
     "state that was not restored; otherwise look for a loss/grad-norm spike at these steps, lower "
     "the learning rate, or train in bf16"
 )
+#: the loss-scale settings a hint names, in DeepSpeed's `fp16` section's order (a loss_scale of 0,
+#: dynamic, goes without saying)
+_SETTINGS = ("loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale")
+
+
+def hint(told: dict[str, Any]) -> str:
+    """The hint, naming the fp16 loss-scale settings the log printed and what each does here."""
+    said = [f"{k}={_number(told[k])}" for k in _SETTINGS if told.get(k) is not None and (k != "loss_scale" or told[k])]
+    if not said:
+        return _HINT
+    notes = []
+    static = told.get("loss_scale")
+    if isinstance(static, int | float) and static > 0:
+        notes.append(f"a static loss scale ({_number(static)}) never adapts: use 0 (dynamic)")
+    power = told.get("initial_scale_power")
+    if isinstance(power, int) and 0 <= power <= 64 and not static:  # (a garbled power is no number to print)
+        notes.append(f"a run that lost its scaler state starts again at 2**{power} = {2**power:,}")
+    window = told.get("loss_scale_window")
+    if isinstance(window, int):
+        notes.append(f"it grows back only after {window:,} steps without overflow")
+    return f"{_HINT}; this run's fp16 settings: {', '.join(said)}" + "".join(f"; {n}" for n in notes)
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +84,8 @@ class LossScaleCollapse(Detector):
     #: the severity raised for the current stay at the floor, and the step it began at (None: the
     #: scale is above the floor, or no alert came yet); a class default for states pickled before
     _floor_alert: tuple[Severity, int] | None = None
+    #: the run's configuration for the hint (a class default for states pickled before it)
+    _told: LatestConfig | None = None
 
     def __init__(self, config: LossScaleCollapseConfig | None = None, path: str = "") -> None:
         super().__init__(config, path)
@@ -72,6 +100,9 @@ class LossScaleCollapse(Detector):
         self._quiet_until = -(10**18)
 
     def update(self, batch: Batch) -> list[Alert]:
+        if self._told is None:
+            self._told = LatestConfig()
+        self._told.read(batch.events)
         rec = columns(batch)
         items: list[tuple[int, int, float | None, float | None, bool, int | None, int | None]] = []
         ev_lines: list[int] = []
@@ -143,6 +174,9 @@ class LossScaleCollapse(Detector):
             for i in np.flatnonzero(look).tolist()
         ]
 
+    def _hint(self, line: int) -> str:
+        return hint(self._told.at(line) if self._told is not None else {})
+
     def _observe(self, line: int, step: int, old: float | None, new: float | None, overflow: bool) -> Alert | None:
         if new == -1.0:
             return self.alert(
@@ -154,7 +188,7 @@ class LossScaleCollapse(Detector):
                 None,
                 None,
                 "loss scale already at its minimum: the trainer stops the run",
-                _HINT,
+                self._hint(line),
             )
         is_record = not overflow and old is None
         contiguous = True
@@ -211,7 +245,7 @@ class LossScaleCollapse(Detector):
                 None,
                 None,
                 f"loss scale halved {self._chain:.0f} times on consecutive logged steps, now {scale:g}",
-                _HINT,
+                self._hint(line),
             )
         if rate > cfg.max_overflow_rate:
             self._quiet_until = step + cfg.quiet_steps
@@ -225,7 +259,7 @@ class LossScaleCollapse(Detector):
                 cfg.max_overflow_rate,
                 f"{len(self._overflow_steps)} overflows in the last {cfg.rate_window} steps "
                 f"(rate {rate:.2f} > {cfg.max_overflow_rate:g}); loss scale now {scale:g}",
-                _HINT,
+                self._hint(line),
             )
         return None
 
@@ -248,7 +282,7 @@ class LossScaleCollapse(Detector):
             f"loss scale fell to {scale:g} (floor {cfg.floor:g})"
             if before is not None and scale < before
             else f"loss scale at {scale:g} (floor {cfg.floor:g}) and steps still overflow",
-            _HINT,
+            self._hint(line),
         )
         if raised is None:
             self._floor_alert = (severity, step)

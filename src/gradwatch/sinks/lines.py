@@ -1,4 +1,4 @@
-"""Line outputs of `gradwatch tail`: a text line per alert, or a JSON object per line.
+"""Line outputs of `gradwatch tail`: a text line per alert and incident note, or a JSON object per line.
 
 Both are written as things happen and flushed at once, because something downstream (a pager
 script, `jq`, a log collector) is waiting for them. Text goes through rich `Text` objects (never
@@ -16,13 +16,14 @@ from rich.console import Console
 from rich.text import Text
 
 from gradwatch.alerts import Alert
+from gradwatch.incidents import Note
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileCheck
 from gradwatch.sinks.report import SEVERITY_STYLE
 from gradwatch.sinks.safe import safe_text
-from gradwatch.sinks.tailing import Notice, TailStatus, TailSummary
+from gradwatch.sinks.tailing import Notice, TailStatus, TailSummary, incident_json
 
-__all__ = ["JsonlSink", "TextSink", "alert_line"]
+__all__ = ["JsonlSink", "TextSink", "alert_line", "incident_line"]
 
 
 def alert_line(alert: Alert, at: float | None = None) -> Text:
@@ -39,6 +40,17 @@ def alert_line(alert: Alert, at: float | None = None) -> Text:
     t.append(f" (hint: {safe_text(alert.hint)})", style="italic dim")
     if alert.snapshot is not None:
         t.append(f" snapshot: {safe_text(alert.snapshot)}", style="dim")
+    return t
+
+
+def incident_line(note: Note, at: float | None = None) -> Text:
+    """One line: time, severity, "incident opened" (escalated, ended), its id and headline."""
+    t = Text(no_wrap=True)
+    t.append(time.strftime("%H:%M:%S ", time.localtime(at)), style="dim")
+    t.append(f"{str(note.severity).upper():<8}", style=SEVERITY_STYLE[note.severity])
+    t.append(f" incident {note.event}", style="bold")
+    t.append(f" {safe_text(note.incident)}", style="dim")
+    t.append(f" {safe_text(note.headline)}")
     return t
 
 
@@ -60,6 +72,9 @@ class TextSink:
 
     def alert(self, alert: Alert) -> None:
         self._line(alert_line(alert))
+
+    def incident(self, note: Note) -> None:
+        self._line(incident_line(note))
 
     def notice(self, notice: Notice) -> None:
         style = "yellow" if notice.kind in ("unreadable", "on-alert failed", "snapshot failed") else "dim"
@@ -91,6 +106,9 @@ class JsonlSink:
 
     def alert(self, alert: Alert) -> None:
         self._write({"type": "alert", **alert.to_json()})
+
+    def incident(self, note: Note) -> None:
+        self._write(incident_json(note))
 
     def notice(self, notice: Notice) -> None:
         self._write(notice.to_json())

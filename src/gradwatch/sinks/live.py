@@ -29,6 +29,7 @@ from rich.text import Text
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.detectors.base import columns
+from gradwatch.incidents import Note
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileCheck
 from gradwatch.sinks.lines import alert_line
@@ -331,6 +332,10 @@ class LiveSink:
     def notice(self, notice: Notice) -> None:
         self._view.notice = notice
         self._draw()
+
+    def incident(self, note: Note) -> None:
+        """Shown where notices are: the latest incident note, its headline as the detail."""
+        self.notice(Notice(f"incident {note.event}", note.incident, note.headline))
 
     def status(self, status: TailStatus, periodic: bool) -> None:
         self._view.status = status

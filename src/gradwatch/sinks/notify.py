@@ -1,9 +1,11 @@
-"""Run a user's command for an alert: `tail --on-alert CMD` and `scan --notify-cmd CMD`.
+"""Run a user's command for an incident: `tail --on-alert CMD` and `scan --notify-cmd CMD`.
 
 The contract: CMD is split with shlex by the caller and run directly, never through a shell (log
-content reaches it, so no quoting can go wrong); the alert is one JSON object on stdin (the
-fields of `check --output json`); the same facts are in `GRADWATCH_*` environment variables for
-one-line commands; the command has `timeout` seconds, after which it and everything it started
+content reaches it, so no quoting can go wrong); it runs when an incident opens, escalates and
+ends (`gradwatch.incidents.Note`), with one JSON object on stdin: the fields of the alert that
+opened or escalated it (its lead alert when it ends) as `check --output json` gives them, plus
+`event` and `headline`; the same facts are in `GRADWATCH_*` environment variables for one-line
+commands; the command has `timeout` seconds, after which it and everything it started
 (its own session) are killed. Its stdout is discarded; the last line of its stderr explains a
 failure. A failure is returned, never raised: a broken pager must not stop the watching.
 """
@@ -15,25 +17,39 @@ import os
 import signal
 import subprocess
 
-from gradwatch.alerts import Alert
+from gradwatch.incidents import Note
 
-__all__ = ["alert_env", "run_command"]
+__all__ = ["note_env", "run_command"]
+
+#: The fields that are also environment variables (GRADWATCH_ and the name in capitals).
+ENV_FIELDS = (
+    "event",
+    "incident",
+    "headline",
+    "detector",
+    "severity",
+    "step",
+    "line",
+    "path",
+    "metric",
+    "value",
+    "message",
+    "hint",
+    "snapshot",
+)
 
 
-def alert_env(alert: Alert) -> dict[str, str]:
-    """GRADWATCH_DETECTOR, _SEVERITY, _STEP, _LINE, _PATH, _METRIC, _VALUE, _MESSAGE, _HINT, _SNAPSHOT.
-
-    A field without a value is an empty string.
-    """
-    fields = alert.to_json()
-    names = ("detector", "severity", "step", "line", "path", "metric", "value", "message", "hint", "snapshot")
-    return {f"GRADWATCH_{n.upper()}": "" if fields[n] is None else str(fields[n]).replace("\0", "") for n in names}
+def note_env(note: Note) -> dict[str, str]:
+    """GRADWATCH_EVENT, _INCIDENT, _HEADLINE, _DETECTOR, _SEVERITY, _STEP, _LINE, _PATH, _METRIC,
+    _VALUE, _MESSAGE, _HINT, _SNAPSHOT. A field without a value is an empty string."""
+    fields = note.to_json()
+    return {f"GRADWATCH_{n.upper()}": "" if fields[n] is None else str(fields[n]).replace("\0", "") for n in ENV_FIELDS}
 
 
-def run_command(argv: list[str], alert: Alert, timeout: float) -> str | None:
-    """Run `argv` (not empty) for `alert`; returns None on success, else why it failed (one line)."""
-    payload = json.dumps(alert.to_json()).encode()
-    env = {**os.environ, **alert_env(alert)}
+def run_command(argv: list[str], note: Note, timeout: float) -> str | None:
+    """Run `argv` (not empty) for `note`; returns None on success, else why it failed (one line)."""
+    payload = json.dumps(note.to_json()).encode()
+    env = {**os.environ, **note_env(note)}
     name = argv[0]
     try:
         proc = subprocess.Popen(

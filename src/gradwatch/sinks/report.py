@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from rich.text import Text
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.errors import ExitCode
+from gradwatch.incidents import Incident
 from gradwatch.pipeline import FileSummary
 from gradwatch.plugins import failures as plugin_failures
 from gradwatch.sinks.safe import safe_text
@@ -38,8 +40,11 @@ SHOWN = (
 @dataclass
 class Report:
     files: list[FileSummary] = field(default_factory=list)
+    #: each names its incident (`Alert.incident`); the exit code is theirs (`fail_on`)
     alerts: list[Alert] = field(default_factory=list)
     fail_on: Severity = Severity.WARNING
+    #: the alerts grouped into stories (`gradwatch.incidents`), in the order they opened
+    incidents: list[Incident] = field(default_factory=list)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -76,11 +81,14 @@ class Report:
                     "last_step": f.last_step,
                     "spike_score": f.spike_score.percent(),
                     "error": f.error,
+                    "configs": list(f.configs),
                 }
                 for f in self.files
             ],
+            "incidents": [i.to_json() for i in self.incidents],
             "alerts": [a.to_json() for a in self.alerts],
             "summary": {
+                "incidents": len(self.incidents),
                 "alerts": len(self.alerts),
                 "warning": counts["warning"],
                 "critical": counts["critical"],
@@ -95,17 +103,20 @@ class Report:
     # ---- text -------------------------------------------------------------------------------
     def __rich__(self) -> RenderableType:
         parts: list[RenderableType] = []
+        labels = {inc.id: f"incident {n}" for n, inc in enumerate(self.incidents, 1)}
+        if self.incidents:
+            parts.append(_incident_list(self.incidents, labels))
         for f in self.files:
-            parts.append(self._file_block(f, [a for a in self.alerts if a.path == f.path]))
+            parts.append(self._file_block(f, [a for a in self.alerts if a.path == f.path], labels))
         parts.append(self._summary_line())
         return Group(*parts)
 
-    def _file_block(self, f: FileSummary, alerts: list[Alert]) -> RenderableType:
+    def _file_block(self, f: FileSummary, alerts: list[Alert], labels: dict[str, str]) -> RenderableType:
         head = Text()
         head.append(safe_text(f.path), style="bold")
         if f.records == 0:  # (a crash before the first record still has its alert)
             error = _indent(Text(safe_text(f.error or "no training metrics found"), style="red"))
-            return Group(head, error, *([_indent(_alert_list(alerts))] if alerts else []), Text(""))
+            return Group(head, error, *([_indent(_alert_list(alerts, labels))] if alerts else []), Text(""))
         steps = f"steps {f.first_step:,}-{f.last_step:,}" if f.first_step is not None else "no steps"
         head.append(f"  {f.format_text}  {f.records:,} records  {steps}", style="dim")
         body: list[RenderableType] = [head]
@@ -118,7 +129,7 @@ class Report:
             body.append(_indent(Text(f"shape over {steps} (worst value per cell)", style="dim")))
             body.append(_indent(_Shapes(f, names)))
         if alerts:
-            body.append(_indent(_alert_list(alerts)))
+            body.append(_indent(_alert_list(alerts, labels)))
         else:
             body.append(Text("  no alerts", style="green"))
         body.append(Text(""))
@@ -139,6 +150,8 @@ class Report:
             style=SEVERITY_STYLE[Severity.WARNING] if c["warning"] else "",
         )
         t.append(f", {c['info']} info")
+        n_incidents = len(self.incidents)
+        t.append(f" in {n_incidents} incident{'s' if n_incidents != 1 else ''}")
         bad = sum(1 for f in self.files if f.records == 0 or f.error)
         if bad:
             t.append(f"; {bad} file{'s' if bad != 1 else ''} unreadable or without metrics", style="red")
@@ -161,10 +174,41 @@ def _last_values(f: FileSummary, names: list[str]) -> RenderableType:
     return Columns(cells, padding=(0, 2))
 
 
-def _alert_list(alerts: list[Alert]) -> RenderableType:
-    """One heading line per alert (severity, step, detector; aligned), its text indented below at
-    the terminal's full width: a table's last column left 40 of 80 columns to the text and folded
-    the `file:line` that people copy."""
+def _incident_list(incidents: list[Incident], labels: dict[str, str]) -> RenderableType:
+    """The stories first: per incident its severity, steps, id and whether it is over, then its
+    headline and what its alerts were, so that the detail below is read knowing the chain."""
+    parts: list[RenderableType] = [Text("incidents", style="bold")]
+    for inc in incidents:
+        heading = Text()
+        heading.append(f"{inc.severity!s:<8}", style=SEVERITY_STYLE[inc.severity])
+        heading.append(f"  {labels[inc.id]}", style="bold")
+        heading.append(f"  {_steps(inc.first_step, inc.end_step)}")
+        state = {"crashed": "the run crashed", "over": "over"}.get(inc.ended or "", "still open at the end")
+        heading.append(f"  ({state})", style="dim")
+        what = Text(safe_text(inc.headline), overflow="fold")
+        counts = Counter(a.detector for a in inc.alerts if a.severity is not Severity.INFO)
+        named = ", ".join(d if n == 1 else f"{d} x{n}" for d, n in counts.items())
+        info = sum(a.severity is Severity.INFO for a in inc.alerts)
+        what.append(f"\n{named}" + (f" (+{info} info)" if info else ""), style="dim")
+        what.append(f"\n{safe_text(inc.id)}", style="dim")
+        paths = inc.paths
+        if len(paths) > 1:
+            what.append(f"\nfiles: {safe_text(', '.join(paths))}", style="dim")
+        parts += [_indent(heading), _indent(what, 6)]
+    parts.append(Text(""))
+    return Group(*parts)
+
+
+def _steps(first: int | None, end: int | None) -> str:
+    if first is None or end is None:
+        return "no step"
+    return f"step {first:,}" if first == end else f"steps {first:,}-{end:,}"
+
+
+def _alert_list(alerts: list[Alert], labels: dict[str, str]) -> RenderableType:
+    """One heading line per alert (severity, step, detector, incident; aligned), its text indented
+    below at the terminal's full width: a table's last column left 40 of 80 columns to the text
+    and folded the `file:line` that people copy."""
     step_width = max(len(f"{a.step:,}") if a.step is not None else 0 for a in alerts)
     parts: list[RenderableType] = []
     for a in alerts:
@@ -172,9 +216,13 @@ def _alert_list(alerts: list[Alert]) -> RenderableType:
         heading.append(f"{a.severity!s:<8}", style=SEVERITY_STYLE[a.severity])
         heading.append(f"  {'' if a.step is None else f'{a.step:,}':>{step_width}}  ")
         heading.append(a.detector, style="bold")
+        if a.incident in labels:
+            heading.append(f"  {labels[a.incident]}", style="dim")
         what = Text(safe_text(a.message), overflow="fold")
         where = f"{a.path}:{a.line}" if a.line is not None else (a.path or "")
         what.append(f"\n{safe_text(where)}", style="dim")
+        if len(a.paths) > 1:
+            what.append(f"\nalso in: {safe_text(', '.join(a.paths[1:]))}", style="dim")
         if a.snapshot is not None:
             what.append(f"\nsnapshot: {safe_text(a.snapshot)}", style="dim")
         what.append(f"\nhint: {safe_text(a.hint)}", style="italic dim")

@@ -1,6 +1,7 @@
 """What a `gradwatch tail` run tells its outputs, and the interface those outputs implement.
 
-Three outputs (a line per alert, JSON lines, a live view) receive the same facts: alerts, notices
+Three outputs (a line per alert, JSON lines, a live view) receive the same facts: alerts, the
+incidents they make up as these open, escalate and end (`gradwatch.incidents.Note`), notices
 about files (added, rotated, truncated, missing, unreadable) and `--on-alert` failures, a status
 now and then, and a summary at the end. They are plain dataclasses so that the outputs know
 nothing about followers or detectors.
@@ -13,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gradwatch.alerts import Alert, Severity
+from gradwatch.incidents import Note
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import FileCheck, FileSummary
 
-__all__ = ["Notice", "TailSink", "TailStatus", "TailSummary", "counts_text", "severity_counts"]
+__all__ = ["Notice", "TailSink", "TailStatus", "TailSummary", "counts_text", "incident_json", "severity_counts"]
 
 
 def counts_text(counts: dict[str, int]) -> str:
@@ -135,6 +137,9 @@ class TailSink(Protocol):
 
     def alert(self, alert: Alert) -> None: ...
 
+    def incident(self, note: Note) -> None:
+        """An incident opened, escalated or ended."""
+
     def notice(self, notice: Notice) -> None: ...
 
     def status(self, status: TailStatus, periodic: bool) -> None:
@@ -142,6 +147,22 @@ class TailSink(Protocol):
 
     def close(self, summary: TailSummary) -> None:
         """The end of the run."""
+
+
+def incident_json(note: Note) -> dict[str, Any]:
+    """An incident note as a JSON line: what changed, the incident, and the alert that changed it."""
+    a = note.alert
+    return {
+        "type": "incident",
+        "event": note.event,
+        "incident": note.incident,
+        "severity": str(note.severity),
+        "headline": note.headline,
+        "detector": a.detector,
+        "step": a.step,
+        "path": a.path,
+        "time": time.time(),
+    }
 
 
 def severity_counts(alerts: list[Alert]) -> dict[str, int]:

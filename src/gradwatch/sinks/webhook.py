@@ -1,10 +1,10 @@
-"""POST alerts as JSON to a webhook: generic alert objects, or Slack-compatible `{"text": ...}`.
+"""POST incident notes as JSON to a webhook: generic objects, or Slack-compatible `{"text": ...}`.
 
-One POST carries every alert of a delivery, so a delivery happens or fails as a whole and the
-caller can remember exactly what is still owed. Transient failures (connection errors, timeouts,
-HTTP 429 and 5xx) are retried with exponential backoff; other HTTP errors are not (a wrong URL
-does not heal in a second). Webhook URLs are often secrets (Slack's are): messages name only the
-scheme and host.
+One POST carries every note of a delivery (an incident opened, escalated or ended), so a delivery
+happens or fails as a whole and the caller can remember exactly what is still owed. Transient
+failures (connection errors, timeouts, HTTP 429 and 5xx) are retried with exponential backoff;
+other HTTP errors are not (a wrong URL does not heal in a second). Webhook URLs are often secrets
+(Slack's are): messages name only the scheme and host.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import urllib.request
 from typing import Any
 
 from gradwatch import __version__
-from gradwatch.alerts import Alert
 from gradwatch.errors import UsageError
+from gradwatch.incidents import Note
 
 __all__ = ["check_url", "generic_payload", "post_json", "slack_payload"]
 
@@ -26,8 +26,8 @@ __all__ = ["check_url", "generic_payload", "post_json", "slack_payload"]
 ATTEMPTS = 3
 BACKOFF_S = 0.5
 TIMEOUT_S = 10.0
-#: A Slack message lists this many alerts, then says how many more there were.
-SLACK_MAX_ALERTS = 20
+#: A Slack message lists this many notes, then says how many more there were.
+SLACK_MAX_NOTES = 20
 
 
 def check_url(url: str) -> None:
@@ -37,19 +37,21 @@ def check_url(url: str) -> None:
         raise UsageError(f"--webhook must be an http:// or https:// URL with a host, got {_where(url)!r}")
 
 
-def generic_payload(alerts: list[Alert]) -> dict[str, Any]:
-    return {"source": "gradwatch", "version": 1, "alerts": [a.to_json() for a in alerts]}
+def generic_payload(notes: list[Note]) -> dict[str, Any]:
+    """`alerts`: per note, its alert's fields (with its incident id) plus `event` and `headline`."""
+    return {"source": "gradwatch", "version": 1, "alerts": [n.to_json() for n in notes]}
 
 
-def slack_payload(alerts: list[Alert]) -> dict[str, Any]:
-    """One message: a line per alert (severity, file, step, detector, message)."""
-    n = len(alerts)
-    lines = [f"gradwatch: {n} new alert{'s' if n != 1 else ''}"]
-    for a in alerts[:SLACK_MAX_ALERTS]:
+def slack_payload(notes: list[Note]) -> dict[str, Any]:
+    """One message: a line per note (severity, what happened, the incident, where, its headline)."""
+    n = len(notes)
+    lines = [f"gradwatch: {n} incident update{'s' if n != 1 else ''}"]
+    for note in notes[:SLACK_MAX_NOTES]:
+        a = note.alert
         step = f" step {a.step}" if a.step is not None else ""
-        lines.append(f"• *{a.severity}* `{a.detector}` {a.path}{step}: {a.message}")
-    if n > SLACK_MAX_ALERTS:
-        lines.append(f"… and {n - SLACK_MAX_ALERTS} more")
+        lines.append(f"• *{a.severity}* incident {note.event} `{a.detector}` {a.path}{step}: {note.headline}")
+    if n > SLACK_MAX_NOTES:
+        lines.append(f"… and {n - SLACK_MAX_NOTES} more")
     return {"text": _slack_escape("\n".join(lines))}
 
 

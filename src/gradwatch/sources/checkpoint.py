@@ -3,14 +3,17 @@
 One JSON document, versioned like Vector's checkpoints (an incompatible change bumps
 `FORMAT_VERSION`) and replaced atomically (temp file, fsync, rename)::
 
-    {"version": 1, "gradwatch": "0.1.0", "config": "<sha256 of the effective config>",
+    {"version": 2, "gradwatch": "0.1.0", "config": "<sha256 of the effective config>",
      "files": {"<path>": {"dev", "ino", "head_len", "head_crc", "offset", "last_step",
-                          "last_step_at", "notified": [...], "alerts": [[det, sev, n], ...],
+                          "last_step_at", "alerts": [[det, sev, n], ...],
                           "check": "<base64 of the zlib'ed pickle of the FileCheck>"}},
-     "outbox": [{"alert": {...}, "sinks": ["command", "webhook"]}]}
+     "incidents": "<base64 of the zlib'ed pickle of the Correlator>",
+     "notified": ["<incident id> <event> <severity>", ...],
+     "outbox": [{"note": {"event", "incident", "headline", "alert": {...}}, "sinks": ["command", "webhook"]}]}
 
 What the parsers and detectors need to resume (a partial line, an open multi-line record,
-windows, baselines, cooldowns) is the file's `FileCheck` itself, pickled: they keep their state in
+windows, baselines, cooldowns) is the file's `FileCheck` itself, pickled (and the incidents
+open across files, the `Correlator`, likewise): they keep their state in
 plain attributes, so one mechanism covers every parser and detector, third-party ones included.
 Loading a pickle runs code, hence the rule that only its owner may write a state file: `load`
 refuses one that is group- or world-writable or owned by someone else, and `save` writes 0600.
@@ -18,8 +21,8 @@ refuses one that is group- or world-writable or owned by someone else, and `save
 Recovery, never a crash and never silent: a missing file is a first run; a file that cannot be
 read as a state of this format gives a warning and an empty state (every log read from its start).
 When only the gradwatch version or the config changed, or one file's pickle does not load, those
-logs are read from their start again, but incidents already notified and notifications still owed
-are kept: nothing is sent twice.
+logs are read from their start again (and their incidents grouped anew, with the same ids), but
+what was already notified and notifications still owed are kept: nothing is sent twice.
 """
 
 from __future__ import annotations
@@ -41,13 +44,15 @@ from gradwatch._atomic import write_atomic
 from gradwatch.alerts import Alert
 from gradwatch.config import Settings
 from gradwatch.errors import UsageError
+from gradwatch.incidents import Correlator, Note
 from gradwatch.pipeline import FileCheck
 from gradwatch.sinks.outbox import Owed
 from gradwatch.sources.fingerprint import Fingerprint
 
 __all__ = ["FORMAT_VERSION", "FileState", "ScanState", "config_digest", "load", "save"]
 
-FORMAT_VERSION = 1
+#: 2: incidents (the correlator, notified notes) replaced per-file notified alerts
+FORMAT_VERSION = 2
 
 
 @dataclass
@@ -61,13 +66,11 @@ class FileState:
     last_step: int | None = None
     #: wall clock (the file's mtime) when `last_step` was first read, for stall detection
     last_step_at: float | None = None
-    #: incident keys (`outbox.incident_key`) already queued for notification
-    notified: set[str] = field(default_factory=set)
     #: (detector, severity) -> alerts raised in this file, for the Prometheus counters
     alerts: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def restart(self) -> None:
-        """Forget where reading stood (rotation, truncation, an unusable pickle); keep what was notified."""
+        """Forget where reading stood (rotation, truncation, an unusable pickle)."""
         self.fingerprint, self.offset, self.check = None, 0, None
         self.last_step = self.last_step_at = None
 
@@ -76,6 +79,10 @@ class FileState:
 class ScanState:
     config: str
     files: dict[str, FileState] = field(default_factory=dict)
+    #: the incidents of every run scanned; None: group anew (a first scan, or logs read again)
+    incidents: Correlator | None = None
+    #: notes (`outbox.note_key`) already queued for notification
+    notified: set[str] = field(default_factory=set)
     outbox: list[Owed] = field(default_factory=list)
 
 
@@ -135,7 +142,9 @@ def save(path: Path, state: ScanState) -> None:
         "gradwatch": __version__,
         "config": state.config,
         "files": {p: _encode_file(f) for p, f in state.files.items()},
-        "outbox": [{"alert": o.alert.to_json(), "sinks": sorted(o.sinks)} for o in state.outbox],
+        "incidents": None if state.incidents is None else _pack(state.incidents),
+        "notified": sorted(state.notified),
+        "outbox": [{"note": _encode_note(o.note), "sinks": sorted(o.sinks)} for o in state.outbox],
     }
     try:
         write_atomic(path, json.dumps(doc, indent=1).encode())
@@ -154,14 +163,25 @@ def _encode_file(f: FileState) -> dict[str, Any]:
         "offset": f.offset,
         "last_step": f.last_step,
         "last_step_at": f.last_step_at,
-        "notified": sorted(f.notified),
         "alerts": [[det, sev, n] for (det, sev), n in sorted(f.alerts.items())],
         "check": None if f.check is None else _pack(f.check),
     }
 
 
-def _pack(check: FileCheck) -> str:
-    return base64.b64encode(zlib.compress(pickle.dumps(check, protocol=pickle.HIGHEST_PROTOCOL), 1)).decode()
+def _pack(obj: FileCheck | Correlator) -> str:
+    return base64.b64encode(zlib.compress(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), 1)).decode()
+
+
+def _unpack(packed: str) -> Any:
+    return pickle.loads(zlib.decompress(base64.b64decode(packed)))
+
+
+def _encode_note(note: Note) -> dict[str, Any]:
+    return {"event": note.event, "incident": note.incident, "headline": note.headline, "alert": note.alert.to_json()}
+
+
+def _decode_note(data: dict[str, Any]) -> Note:
+    return Note(str(data["event"]), str(data["incident"]), str(data["headline"]), Alert.from_json(data["alert"]))
 
 
 def _decode(doc: dict[str, Any], config: str) -> ScanState:
@@ -176,15 +196,16 @@ def _decode(doc: dict[str, Any], config: str) -> ScanState:
             offset=int(f["offset"]),
             last_step=None if f["last_step"] is None else int(f["last_step"]),
             last_step_at=None if f["last_step_at"] is None else float(f["last_step_at"]),
-            notified={str(k) for k in f["notified"]},
             alerts={(str(det), str(sev)): int(n) for det, sev, n in f["alerts"]},
         )
-    state.outbox = [Owed(Alert.from_json(o["alert"]), {str(s) for s in o["sinks"]}) for o in doc["outbox"]]
+    state.notified = {str(k) for k in doc["notified"]}
+    state.outbox = [Owed(_decode_note(o["note"]), {str(s) for s in o["sinks"]}) for o in doc["outbox"]]
     return state
 
 
 def _resume_checks(state: ScanState, doc: dict[str, Any], path: Path, warn: Callable[[str], None]) -> None:
-    """Unpickle each file's check, unless the code or config that made it has changed."""
+    """Unpickle each file's check and the incidents, unless the code or config that made them has
+    changed; a file read again from its start means incidents grouped anew."""
     if doc.get("gradwatch") != __version__:
         stale = f"was written by gradwatch {doc.get('gradwatch')}, this is {__version__}"
     elif doc.get("config") != state.config:
@@ -202,7 +223,7 @@ def _resume_checks(state: ScanState, doc: dict[str, Any], path: Path, warn: Call
             f.restart()
             continue
         try:
-            check = pickle.loads(zlib.decompress(base64.b64decode(packed)))
+            check = _unpack(packed)
         except Exception as e:  # a damaged or outdated pickle fails in many ways: all mean "read again"
             warn(f"state of {name} in {path} does not load ({e!r}): it is read again from its start")
             f.restart()
@@ -212,3 +233,18 @@ def _resume_checks(state: ScanState, doc: dict[str, Any], path: Path, warn: Call
             f.restart()
             continue
         f.check = check
+    packed_incidents = doc.get("incidents")
+    if stale or packed_incidents is None or any(f.check is None for f in state.files.values()):
+        for f in state.files.values():
+            f.restart()  # (their alerts must be grouped again, from the start)
+        return
+    try:
+        incidents = _unpack(packed_incidents)
+    except Exception as e:  # as for a check: every way it fails means "read again"
+        incidents = e
+    if not isinstance(incidents, Correlator):
+        warn(f"the incidents in {path} do not load: every log is read again from its start")
+        for f in state.files.values():
+            f.restart()
+        return
+    state.incidents = incidents
