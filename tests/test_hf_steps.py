@@ -122,3 +122,22 @@ def test_real_dicts_without_anything_telling_their_steps_are_ordinals() -> None:
     for path in sorted((REAL / "hf-trainer").glob("*.log")):
         summary = _check(path)
         assert summary["layout"] == "steps: dict ordinals" and summary["first_step"] == 1
+
+
+def test_a_dict_read_one_by_one_takes_the_counter_read_in_bulk_before_it() -> None:
+    """DeepSpeed's counter lines are read a block at once (not this parser's keyword); a dict
+    read one by one among bulk ones (a nan grad norm) still takes the counter just before it,
+    here 30 steps after the dict before (the dicts of two steps left out), not 10."""
+    out, steps = [], []
+    for step in range(10, 3001, 10):
+        out.append(_COUNTER.format(step))
+        if step > 500 and step % 70 in (50, 60):
+            continue  # no dict logged: the next dict is read one by one
+        odd = step > 500 and step % 70 == 0
+        out += [_DICT.replace("0.5", "nan" if odd else "0.5").format(2 + 1 / step), _BAR_AFTER.format(step)]
+        steps.append(step)
+    text = "".join(out).encode()
+    assert b"nan" in text
+    _, records, _, _ = _parse(text)
+    assert list(records.step) == steps
+    _assert_reads_as_plain(text, seed=7)

@@ -81,16 +81,29 @@ class SkipCounts:
 class SkipCountBuilder:
     """Collects counters as a parser reads them: one by one, or many at once (the bulk path)."""
 
+    #: (line, step) of the counter added last, kept past `take` (a class default for older pickles)
+    latest: tuple[int, int] | None = None
+
     def __init__(self) -> None:
         self._parts: list[SkipCounts] = []
         self._rows: list[tuple[int, int, int]] = []
 
     def add(self, line: int, step: int, skipped: int) -> None:
         self._rows.append((line, step, skipped))
+        self.latest = (line, step)
 
     def add_columns(self, counts: SkipCounts) -> None:
         self._flush_rows()
         self._parts.append(counts)
+        if len(counts):
+            self.latest = (int(counts.line[-1]), int(counts.step[-1]))
+
+    def emptied(self) -> SkipCountBuilder:
+        """A builder without the counters this one holds, but with its `latest`: what a stream
+        that goes on from here knows of the counters before (`LogStream.snapshot`)."""
+        empty = SkipCountBuilder()
+        empty.latest = self.latest
+        return empty
 
     def take(self) -> SkipCounts:
         """Everything added since the last call, in line order (one by one and at once interleave)."""

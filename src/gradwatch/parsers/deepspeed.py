@@ -28,7 +28,8 @@ from gradwatch.parsers.keywords import line_array
 _ATTEMPTED = re.compile(r"Attempted loss scale:\s*([\d.eE+-]+),\s*(?:reducing to\s*([\d.eE+-]+)|but hysteresis)")
 _REDUCING = re.compile(r"Reducing dynamic loss scale from\s*([\d.eE+-]+)\s*to\s*([\d.eE+-]+)")
 _INCREASING = re.compile(r"Increasing dynamic loss scale from\s*([\d.eE+-]+)\s*to\s*([\d.eE+-]+)")
-_PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^,\]]+)")
+#: the progress counter (`hf_steps` reads it as this parser does)
+PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^,\]]+)")
 _PIPE_STEPS = re.compile(r"\bsteps: (\d+) loss: (\S+) .*?iter time \(s\): (\S+)")
 _SAVING = re.compile(r"Saving model checkpoint: .*?global_step(\d+)")
 #: the throughput timer, as DeepSpeed prints it since 2022 (the current step's rate, and the
@@ -41,7 +42,7 @@ _FP16_OPTIMIZER = "OVERFLOW! Skipping step"
 #: the progress line as DeepSpeed's logger prints it, read for a whole block at once (RE2, on
 #: lines without launcher prefixes or escapes): the logger's prefix; nothing before `step=`
 #: can hold `] step=`, `, skipped=` or `, lr=`; counts exact as floats; and `lr=[` is followed by
-#: what `_PROGRESS` needs
+#: what `PROGRESS` needs
 _PROGRESS_LINE = (
     r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] \[[A-Z]+\] \[[\w.:-]*\] \[Rank \d+\] "
     r"step=\d{1,15}, skipped=\d{1,15}, lr=\[[^,\]\x1b\r\n][^\x1b\r\n]*\n?$"
@@ -91,7 +92,7 @@ class DeepSpeedParser(Parser):
             except ValueError:  # a garbled or cut scale such as `reducing to -`
                 return False
         if "step=" in text and "skipped=" in text:
-            m = _PROGRESS.search(text)
+            m = PROGRESS.search(text)
             if m:
                 step, skipped = int(m.group(1)), int(m.group(2))
                 metrics: dict[str, float] = {}

@@ -17,7 +17,12 @@ optimizer step where the log tells it (`hf_steps`):
 - a tqdm bar printed earlier on the same physical line (the `\\r`-separated updates before the
   dict, or a bar glued in front of it): the Trainer updates the bar to `global_step` before it logs;
 - a `global_step` or `step` key in the dict;
-- DeepSpeed's `step=N, skipped=K` counter since the previous dict, if newer than it;
+- DeepSpeed's `step=N, skipped=K` counter since the previous dict, if newer than it: the latest
+  that `DeepSpeedParser` wrote (`out.skip_counts`; in bulk, the block's own, found as it reads
+  them). Counter lines are not this parser's keyword: the stream reads them a block at once
+  (`DeepSpeedParser.aux_lines`), and writes them before each line it reads one by one, in line
+  order, as the plain path does (a log that prints one every step spent 40% of its time reading
+  them one by one for this parser);
 - else the previous dict's step plus the steps between the last two dicts told theirs (1 until
   then: the dict's ordinal). `layout` says which the file's steps are.
 
@@ -40,12 +45,14 @@ from itertools import chain, islice
 
 import numpy as np
 
-from gradwatch.events import EventKind
+from gradwatch.events import EventKind, SkipCountBuilder
+from gradwatch.parsers._arrow import arrow, numpy_of
 from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import is_nonfinite, number
 from gradwatch.parsers.base import Block, BulkTrack, Hits, ParseOutput, Parser, TableHits, number_table
 from gradwatch.parsers.hf_rows import Layout, find, lines_holding
 from gradwatch.parsers.hf_steps import COUNTER, Count, counted_steps, counters_in
+from gradwatch.parsers.keywords import line_array
 
 _Q = "'\u2018\u2019\""
 # 'key': value; value = quoted string | bare token, maybe wrapped: tensor(...), np.float64(...)
@@ -182,16 +189,21 @@ def _safe_eval(text: str, start: int, end: int) -> bool:
 
 class HfTrainerParser(Parser):
     name = "hf_trainer"
-    scan = rf"\{{|{_RESUME}|\bstep=\d"
+    scan = rf"\{{|{_RESUME}"
     description = "Hugging Face Trainer `{'loss': ..., 'grad_norm': ..., 'learning_rate': ...}` dicts"
     #: the dict count and the global step at the latest resume (none: the run's start), which a
     #: guess counts on from (`guess`); a class default, for parsers pickled in older scan states
     _resumed_at: tuple[int, int] = (0, 0)
     #: the rest of the count after the latest training dict (`hf_steps.Count`, whose step is
-    #: `_step`) and DeepSpeed's latest counter since it; class defaults for older pickles
+    #: `_step`), and the line of that dict or of a resume after it, which a counter must be after
+    #: (None: the bulk dict the stream passed last, whose line is `out.last_record_line` at the
+    #: next call); class defaults for older pickles
     _stride = 1
     _told = False
-    _fresh: int | None = None
+    _dict_line: int | None = 0
+    #: DeepSpeed's counters (`out.skip_counts`, as of the latest call that was given `out`): where
+    #: `bulk_matches` looks for the latest before a block
+    _counters: SkipCountBuilder | None = None
     #: the state after each hit of the latest `bulk_matches` (positions, strides, told) and the hit
     #: whose state `bulk_passed` set last
     _bulk_state: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -209,6 +221,7 @@ class HfTrainerParser(Parser):
 
     def parse(self, text: str, line: int, ts: float | None, out: ParseOutput) -> bool:
         self._bulk.seen(line)
+        self._see(out)
         if self._bulk.locked and not self._desync and out.last_step is not None:
             self._step = out.last_step  # bulk dicts before this line are only known by the stream's step
         took = self._parse(text, line, ts, out)
@@ -233,11 +246,6 @@ class HfTrainerParser(Parser):
             if "%|" in text:
                 self._see_bar(text, line)  # a `\r` piece before a dict on the same physical line
                 return False  # a bar is nobody's record; others may still read the line
-            if "step=" in text:
-                counter = COUNTER.search(text)
-                if counter:
-                    self._fresh = int(counter.group(1))
-                return False  # DeepSpeed's line: its parser reads it
             if _RESUME in text:
                 return self._resume(text, line, ts, out)
             return False
@@ -271,7 +279,7 @@ class HfTrainerParser(Parser):
             step = self._step if told is None else told
         else:
             count = self._count()
-            self._set(count.after(self._fresh) if told is None else count.at(told))
+            self._set(count.after(self._counter()) if told is None else count.at(told), line)
             step = self._step
             self._learn(pairs, text[: end + 1])
             self._bulk.passed()
@@ -284,9 +292,23 @@ class HfTrainerParser(Parser):
     def _count(self) -> Count:
         return Count(self._step, self._stride, self._told)
 
-    def _set(self, count: Count) -> None:
-        """The count after a training dict: DeepSpeed's counter is used up."""
-        self._step, self._stride, self._told, self._fresh = count.step, count.stride, count.told, None
+    def _see(self, out: ParseOutput) -> None:
+        """A call given `out`: its counters are those to look at; a bulk dict passed is at its line."""
+        self._counters = out.skip_counts
+        if self._dict_line is None:
+            self._dict_line = out.last_record_line
+
+    def _counter(self) -> int | None:
+        """DeepSpeed's latest counter, if it came after the latest training dict (and resume)."""
+        latest = self._counters.latest if self._counters is not None else None
+        if latest is None or self._dict_line is None or latest[0] <= self._dict_line:
+            return None
+        return latest[1]
+
+    def _set(self, count: Count, line: int | None) -> None:
+        """The count after a training dict at `line` (None: see `_dict_line`): DeepSpeed's counters
+        before it are used up."""
+        self._step, self._stride, self._told, self._dict_line = count.step, count.stride, count.told, line
         if count.told:
             self.layout = _TOLD
         elif self.layout is None:
@@ -296,7 +318,7 @@ class HfTrainerParser(Parser):
         m = _CONTINUING.search(text)
         if m:
             step = int(m.group(1))
-            self._fresh, self._told = None, False  # the dead run's counter; no stride across the gap
+            self._dict_line, self._told = line, False  # the dead run's counters; no stride across the gap
             if self._step > step:
                 self._step = step  # the dicts logged after step N are replayed: count on from N
             self._resumed_at = (self._step, step)
@@ -320,7 +342,8 @@ class HfTrainerParser(Parser):
         or a resume line, which a segment's warm-up reads. (Before, the file is not split.)"""
         if not self._bulk.locked:
             return None
-        return (self._step, self._stride, self._told, self._fresh, self._desync, out.last_step)
+        self._see(out)
+        return (self._step, self._stride, self._told, self._counter(), self._desync, out.last_step)
 
     def hint(self) -> object | None:
         return self._resumed_at if self._resumed_at != (0, 0) else None
@@ -336,6 +359,7 @@ class HfTrainerParser(Parser):
         divided by it is that dict's number, counted on from the latest resume this parser saw
         or was told of (`take_hint`): after one, the bars count from its global step, and the
         dicts from the count then."""
+        self._see(out)
         template = self._template
         if template is None or not self._bulk.locked:
             return
@@ -349,7 +373,9 @@ class HfTrainerParser(Parser):
         else:  # (DeepSpeed's counters tell the dicts' steps, which the bars count)
             first = counts[0]
         self._step = out.last_step = first - 1
-        self._stride, self._told, self._fresh = 1, False, None  # the lines read next tell them
+        self._stride, self._told = 1, False  # the lines read next tell them, not counters before
+        latest = out.skip_counts.latest
+        self._dict_line = max(out.last_record_line, latest[0] if latest else 0)
         self._desync = False
 
     def can_bulk(self) -> bool:
@@ -376,8 +402,9 @@ class HfTrainerParser(Parser):
             latest = np.searchsorted(at[0], hits.at) - 1  # each dict's latest counter before it
             new = latest > np.concatenate([[-1], latest[:-1]])  # since the dict before
             counters[new] = at[1][latest[new]]
-        if taken and counters[0] < 0 and self._fresh is not None:
-            counters[0] = self._fresh
+        fresh = self._counter()
+        if taken and counters[0] < 0 and fresh is not None:
+            counters[0] = fresh
         hits.steps, strides, told = counted_steps(self._count(), counters)
         self._bulk_state = (hits.at, strides, told)
         return hits
@@ -390,12 +417,12 @@ class HfTrainerParser(Parser):
         if state is None or (passed is not None and passed[0] is state and passed[1] == k):
             return
         self._passed = (state, k)
-        self._take(state, k, hits.step(k))
+        self._take(state, k, hits.step(k), None)  # (its line is the stream's at the next call)
 
-    def _take(self, state: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, step: int) -> None:
-        """The count after bulk dict `k` of `bulk_matches`' latest, whose step is `step`."""
+    def _take(self, state: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, step: int, line: int | None) -> None:
+        """The count after bulk dict `k` of `bulk_matches`' latest, whose step is `step`, at `line`."""
         _, strides, told = state
-        self._set(Count(step, int(strides[k]), bool(told[k])))
+        self._set(Count(step, int(strides[k]), bool(told[k])), line)
 
     def _cut(self, block: Block, found: TableHits) -> int:
         """How many of the dicts `found` come before the first line that must be read one by one
@@ -420,19 +447,20 @@ class HfTrainerParser(Parser):
         metrics = {name: hits.values[:, j] for j, name in enumerate(template.names)}
         nonfinite = np.full(n, "", dtype=object)  # no nan or inf in a bulk dict
         out.record_columns(self.name, steps, linenos, np.full(n, np.nan), metrics, nonfinite)
+        self._see(out)
         if self._bulk.newest(linenos) and self._bulk_state is not None:
             state = self._bulk_state
-            self._take(state, int(np.searchsorted(state[0], hits.at[-1])), int(steps[-1]))
+            self._take(state, int(np.searchsorted(state[0], hits.at[-1])), int(steps[-1]), int(linenos[-1]))
         elif n and self.layout is None:
             self.layout = _ORDINAL  # (the count it holds says so already, but for the first dicts)
         self._bulk.count(self.name, out)
 
 
 def _counters(block: Block) -> tuple[tuple[np.ndarray, np.ndarray], int]:
-    """DeepSpeed's counters in a block, as the lines read one by one give them to the parser:
-    (where each begins, its count), the first of each line; and where the first line begins that
-    only the per-line path reads as it should (a bar, a dict, a redraw, an escape on it), or the
-    block's length."""
+    """DeepSpeed's counters in a block, as its parser reads them one by one (the first of each
+    line) and the stream writes them before a dict: (where each begins, its count); and where the
+    first line begins whose counter only the per-line path reads as it should (`_ODD_COUNTER_LINE`),
+    or the block's length."""
     text = block.text
     none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)), len(text)
     if "step=" not in text:
@@ -444,18 +472,17 @@ def _counters(block: Block) -> tuple[tuple[np.ndarray, np.ndarray], int]:
     lines = np.searchsorted(block.newlines, at)
     first = np.diff(lines, prepend=-1) > 0
     at, lines = at[first], lines[first]
-    starts = line_starts(block.newlines, lines).tolist()
-    odd = next(
-        (a for a, b in zip(starts, block.newlines[lines].tolist(), strict=True) if _odd_counter_line(text[a:b])),
-        len(text),
-    )
-    counts = np.array([c for c, keep in zip((c for _, c in found), first.tolist(), strict=True) if keep])
-    return (at, counts.astype(np.int64)), odd
+    counts = np.array([-1 if c is None else c for (_, c), keep in zip(found, first.tolist(), strict=True) if keep])
+    _, pc = arrow()
+    odd = numpy_of(pc.match_substring_regex(line_array(block.codes, block.newlines, lines), _ODD_COUNTER_LINE))
+    odd |= counts < 0
+    first_odd = int(line_starts(block.newlines, lines[odd][:1])[0]) if odd.any() else len(text)
+    return (at, counts.astype(np.int64)), first_odd
 
 
-def _odd_counter_line(line: str) -> bool:
-    """A counter's line that `_parse` reads otherwise than as a counter alone (or that cleaning changes)."""
-    return any(c in line for c in "{%\r\x1b")
+#: a counter's line that DeepSpeed's parser may not read as a counter alone: another parser may
+#: take it first, its overflow branch reads it, or cleaning changes it (RE2, one search a block)
+_ODD_COUNTER_LINE = r"[{\r\x1b]|verflow|loss scale"
 
 
 def _dicts(template: _Template, block: Block) -> TableHits:

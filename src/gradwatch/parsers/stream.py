@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gradwatch.events import Event, EventKind, SkipCountBuilder, SkipCounts
+from gradwatch.events import Event, EventKind, SkipCounts
 from gradwatch.parsers._arrow import arrow, numpy_of
 from gradwatch.parsers._bytes import line_starts
 from gradwatch.parsers._text import PREFIXES, clean, timestamp
@@ -167,7 +167,8 @@ class LogStream:
         """The stream pickled as it stands, without what it parsed that nobody took yet: for a
         worker to go on from (`gradwatch.segments`)."""
         bare = copy.copy(self)
-        bare.out = dataclasses.replace(self.out, records=RecordBuilder(), events=[], skip_counts=SkipCountBuilder())
+        skip_counts = self.out.skip_counts.emptied()
+        bare.out = dataclasses.replace(self.out, records=RecordBuilder(), events=[], skip_counts=skip_counts)
         return pickle.dumps(bare)
 
     def hints(self) -> dict[str, object]:
@@ -377,7 +378,7 @@ class LogStream:
                         # they would have: record them, then read on from here with it locked
                         read_one_by_one = (last_line_record, last_line_step)
                         self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, read_one_by_one, base)
-                        self._write_aux(aux, start)
+                        self._finish_aux(aux, start)
                         lineno = first + int(np.searchsorted(block.newlines, start))
                         self._candidate_lines(_rest(block, start), lineno, depth, base + start, lock_tried=True)
                         return
@@ -406,6 +407,7 @@ class LogStream:
                     aux.inside.add(start)  # a line of a multi-line record: read one by one
                 before, step_before = out.records.added, out.last_step
                 if end > start:
+                    self._write_aux(aux, start)
                     self._parse_line(text[start:end], lineno)
                 if out.records.added != before:
                     last_line_record, new_record = start, True
@@ -421,12 +423,12 @@ class LogStream:
             # a record read one by one changed what the bulk reader matches: read the rest again
             done = [k for k in range(i) if taken[k] and starts[k] < pos]
             self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step), base)
-            self._write_aux(aux, pos)
+            self._finish_aux(aux, pos)
             self._candidate_lines(_rest(block, pos), lineno, depth + 1, base + pos, lock_tried)
             return
         done = list(compress(range(len(taken)), taken))
         self._flush_bulk(bulk_parser, text, hits, linenos, starts, done, (last_line_record, last_line_step), base)
-        self._write_aux(aux, len(text))
+        self._finish_aux(aux, len(text))
 
     def _aux_lines(self, block: Block, lines: np.ndarray, first: int) -> _AuxRound:
         """Of the candidate `lines` (indices), those that auxiliary parsers read all at once
@@ -450,23 +452,40 @@ class LogStream:
             return _NO_AUX
         taken = np.concatenate([f.lines for _, f, _ in found])
         starts = dict.fromkeys(np.concatenate([s for _, _, s in found]).tolist())
-        return _AuxRound(found, taken, starts, set(), first, len(self.out.events))
+        return _AuxRound(found, taken, starts, set(), first, len(self.out.events), [0] * len(found), [])
 
     def _write_aux(self, aux: _AuxRound, limit: int) -> None:
-        """Write the events of the lines read all at once that start before `limit` (and that
-        no multi-line record took), merged by line into the events the block's other lines wrote."""
+        """Write what the lines read all at once that start before `limit` (and that no
+        multi-line record took) say, but for those written already: before each line read one by
+        one, so that it finds DeepSpeed's counters before it in `out.skip_counts`, in line order,
+        as the plain path leaves them (an HF Trainer dict takes its step from the latest). Their
+        events are kept apart until `_finish_aux`."""
         if not aux.starts:
             return
         out = self.out
-        written = len(out.events)
-        for parser, found, starts in aux.found:
-            keep = np.array([s < limit and s not in aux.inside for s in starts.tolist()], dtype=bool)
+        for k, (parser, found, starts) in enumerate(aux.found):
+            begin, end = aux.written[k], int(np.searchsorted(starts, limit))
+            if end <= begin:
+                continue
+            aux.written[k] = end
+            keep = np.zeros(len(starts), dtype=bool)
+            keep[begin:end] = [s not in aux.inside for s in starts[begin:end].tolist()]
             if keep.any():
+                written = len(out.events)
                 parser.aux_events(found.subset(keep), aux.first + found.lines[keep], out)
-        events = out.events
-        read_at_once = sorted(events[written:], key=_line_of)
+                aux.events += out.events[written:]
+                del out.events[written:]
+
+    def _finish_aux(self, aux: _AuxRound, limit: int) -> None:
+        """Write the rest of what the lines read all at once that start before `limit` say, and
+        merge their events by line into those the block's other lines wrote."""
+        if not aux.starts:
+            return
+        self._write_aux(aux, limit)
+        events = self.out.events
+        read_at_once = sorted(aux.events, key=_line_of)
         # merged by line, each list in its own order (a parser may write an event after a later line's)
-        events[aux.events_before :] = heapq.merge(events[aux.events_before : written], read_at_once, key=_line_of)
+        events[aux.events_before :] = heapq.merge(events[aux.events_before :], read_at_once, key=_line_of)
 
     def _flush_bulk(
         self,
@@ -682,6 +701,8 @@ class _AuxRound:
     inside: set[int]  # starts of those that a multi-line record took, read one by one
     first: int  # number of the block's first line
     events_before: int  # events written before the block
+    written: list[int]  # per parser of `found`: how many of its lines are written (`_write_aux`)
+    events: list[Event]  # the events they wrote, merged into the block's at the end
 
 
 def format_text(fmt: str | None, layout: str | None) -> str:
@@ -695,7 +716,7 @@ def _line_of(event: Event) -> int:
     return event.line
 
 
-_NO_AUX = _AuxRound([], np.zeros(0, dtype=np.int64), {}, set(), 0, 0)
+_NO_AUX = _AuxRound([], np.zeros(0, dtype=np.int64), {}, set(), 0, 0, [], [])
 
 
 def _rest(block: Block, pos: int) -> Block:
