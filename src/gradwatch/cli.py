@@ -733,7 +733,9 @@ def compare(
 
     Prints, per run and metric, the last value, the growth over the last N steps (median of the
     window's last tenth over its first tenth) and the slope of ln(value) per 1,000 steps. A run
-    growing 1.2x or more while every other run stays under 1.1x is marked.
+    growing 1.2x or more while every other run stays under 1.1x is marked. Then the configuration
+    keys (precision, lr, batch, world size, reduce dtype, ...) whose latest values differ between
+    the runs, one row per key.
 
     \b
     Examples:
@@ -742,13 +744,14 @@ def compare(
       gradwatch compare a.log b.log c.log --x tokens --window 5000 --out abc.html
     """
     from gradwatch import config as cfg
-    from gradwatch.commands.compare import run_compare, trend_table
+    from gradwatch.commands.compare import config_table, run_compare, run_labels, trend_table
     from gradwatch.commands.console import stdout_console
 
-    rows, runs = run_compare(
-        list(paths), out_path, cfg.load(config_path), _split(metrics), _split(labels), x_axis, window
-    )
-    stdout_console().print(trend_table(rows, window))
+    names = run_labels(list(paths), _split(labels))
+    rows, runs = run_compare(list(paths), out_path, cfg.load(config_path), _split(metrics), names, x_axis, window)
+    console = stdout_console()
+    console.print(trend_table(rows, window))
+    console.print(config_table(runs, names))
     click.echo(f"wrote {out_path}")
     _fail_if_read_in_part(runs)
 

@@ -68,6 +68,18 @@ class IncidentConfig:
 
 
 @dataclass(frozen=True)
+class StragglerConfig:
+    """When a file of a `--run` is a straggler or dead rank (`gradwatch.stragglers`; see default.yaml)."""
+
+    enabled: bool = True
+    lag_logs: int = 100
+
+    def __post_init__(self) -> None:
+        if self.lag_logs < 1:
+            raise ValueError(f"lag_logs must be at least 1, got {self.lag_logs}")
+
+
+@dataclass(frozen=True)
 class Settings:
     """The effective configuration of one run of gradwatch."""
 
@@ -81,6 +93,7 @@ class Settings:
     #: plugin files named under `plugins:`, as absolute paths
     plugins: tuple[str, ...] = ()
     incidents: IncidentConfig = field(default_factory=IncidentConfig)
+    stragglers: StragglerConfig = field(default_factory=StragglerConfig)
 
 
 def default_text() -> str:
@@ -208,7 +221,8 @@ def _build(raw: dict[str, Any], where: str) -> Settings:
     snapshots = _dataclass_from(SnapshotConfig, raw.get("snapshots") or {}, "snapshots", where)
     incidents = _dataclass_from(IncidentConfig, raw.get("incidents") or {}, "incidents", where)
     plugins = tuple(raw.get("plugins") or ())
-    return Settings(detectors, aliases, synonyms, tuple(custom), raw, snapshots, plugins, incidents)
+    stragglers = _dataclass_from(StragglerConfig, raw.get("stragglers") or {}, "stragglers", where)
+    return Settings(detectors, aliases, synonyms, tuple(custom), raw, snapshots, plugins, incidents, stragglers)
 
 
 def _name_table(formats: dict[str, Any], key: str, where: str) -> dict[str, str]:
@@ -268,6 +282,7 @@ def effective_yaml(settings: Settings) -> str:
         },
         "snapshots": dataclasses.asdict(settings.snapshots),
         "incidents": dataclasses.asdict(settings.incidents),
+        "stragglers": dataclasses.asdict(settings.stragglers),
         "detectors": {k: dataclasses.asdict(v) for k, v in settings.detectors.items()},
     }
     return yaml.safe_dump(data, sort_keys=False)

@@ -16,6 +16,7 @@ from gradwatch.sinks.progress import CheckProgress
 from gradwatch.sinks.report import Report
 from gradwatch.sources.archive import expand_paths
 from gradwatch.sources.stdin import STDIN
+from gradwatch.stragglers import stragglers
 
 if TYPE_CHECKING:
     from gradwatch.sinks.snapshot import SnapshotWriter
@@ -35,7 +36,8 @@ def run_check(
 
     `jobs`: worker processes for a large file (None: `workers.default_jobs()`). `previous`: the
     log of the job before (`--previous`): each file's first start is a restart of the run it left.
-    `run`: the files are one run of that name (`--run`): their alerts and incidents are the run's.
+    `run`: the files are one run of that name (`--run`): their alerts and incidents are the run's,
+    and a file that fell far behind the others is a straggler.
     """
     from gradwatch.parsers import new_parsers
     from gradwatch.workers import default_jobs
@@ -71,6 +73,8 @@ def run_check(
             found.setdefault(run or name, []).append(alerts)
     for per_file in found.values():
         correlator.add_all(in_run_order(per_file))
+    if run is not None:
+        correlator.add_all(stragglers(report.files, settings.stragglers))
     correlator.settle()
     report.alerts = sorted(correlator.alerts, key=Alert.sort_key)
     report.incidents = correlator.incidents

@@ -8,7 +8,8 @@ following starts (`--from-end` skips it; detectors then start cold). `--on-alert
 a worker thread, one at a time, so a slow pager never delays reading; they run once when an
 incident reaches `--on-alert-severity`, again when it escalates and once when it ends, only while
 following, not for the history (an old alert must not `scancel` a job that has since
-recovered). The stall detector is also asked, at every wake-up, about silence by the wall clock.
+recovered). The stall detector is also asked, at every wake-up, about silence by the wall clock,
+and with `--run`, whether a file of the run fell behind the others (`gradwatch.stragglers`).
 
 `-` reads standard input instead (`python train.py 2>&1 | tee -p train.log | gradwatch tail -`):
 all of it is live, and its end ends the tail like Ctrl-C does. With `--snapshot-dir`, each warning
@@ -53,6 +54,7 @@ from gradwatch.sinks.tailing import Notice, TailSink, TailStatus, TailSummary, s
 from gradwatch.sources.follow import Follower
 from gradwatch.sources.stdin import STDIN, StdinFollower
 from gradwatch.sources.wake import Waker, choose_waker
+from gradwatch.stragglers import StragglerWatch
 
 __all__ = ["TailOptions", "run_tail"]
 
@@ -168,6 +170,7 @@ class _Tail:
         self.alerts: list[Alert] = []
         self.counts = severity_counts([])  # of `alerts`, kept as they come: the status is made at every wake-up
         self.correlator = Correlator(settings.incidents, opts.run)
+        self.stragglers = None if opts.run is None else StragglerWatch(settings.stragglers)
         self.paged: set[str] = set()  # incidents told to --on-alert: only they are told when they end
         self.stdin = StdinFollower(self._on_data) if opts.paths == ("-",) else None
         self.following = self.stdin is not None  # history is read (a pipe has none): alerts may run --on-alert
@@ -256,6 +259,7 @@ class _Tail:
                 self.waker.watch(self.follower.watch_dirs())
                 last_scan = now
             self._wall_clock_stalls(now)
+            self._stragglers(now)
             self._export_metrics(now)
             self._report_commands()
             periodic = now >= next_status
@@ -371,6 +375,13 @@ class _Tail:
             at = self.last_step_at.get(path)
             if stall is not None and at is not None:
                 self._dispatch(self._evidenced(self.checks[path], stall.wall_clock_stall(now, at)))
+
+    def _stragglers(self, now: float) -> None:
+        """With --run: a file that fell behind the others, by steps or by the stall detector's clock."""
+        if self.stragglers is not None:
+            limits = {p: float("inf") if stall is None else stall.limit() for p, stall in self.stalls.items()}
+            files = [c.summary for c in self.checks.values()]
+            self._dispatch(self.stragglers.look(files, self.last_step_at, limits, now))
 
     def _export_metrics(self, now: float) -> None:
         if self.metrics is not None:
