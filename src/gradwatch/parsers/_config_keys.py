@@ -157,9 +157,14 @@ def _megatron(r: _Reading) -> None:
         r.config["lr_warmup"] = 0.0
     data = "data_path" if not _is_none(r.raw.get("data_path", "")) else "train_data_path"  # (split sets)
     r.take("data_path", as_text, data)
-    kind = r.value("tokenizer_type", as_text)
-    model = r.value("tokenizer_model", as_text) or r.value("vocab_file", as_text)
-    r.set("tokenizer", " ".join(t for t in (kind, model) if t) or None)
+    r.set("tokenizer", _tokenizer(r, "tokenizer_type", "tokenizer_model", "vocab_file"))
+
+
+def _tokenizer(r: _Reading, kind_key: str, *model_keys: str) -> str | None:
+    """The tokenizer's type and its model (the first of `model_keys` set), as one text."""
+    kind = r.value(kind_key, as_text)
+    model = next((m for m in (r.value(key, as_text) for key in model_keys) if m), None)
+    return " ".join(t for t in (kind, model) if t) or None
 
 
 def _dynamic_scale(r: _Reading, key: str) -> None:
@@ -223,12 +228,154 @@ def _hf_training_args(r: _Reading) -> None:
         r.config["train_iters"] = max_steps
 
 
+#: a precision as the FSDP trainers print it (OLMo's `amp_bf16`, torchtitan's `bfloat16`)
+_PRECISIONS = {
+    **{name: "bf16" for name in ("bf16", "bfloat16")},
+    **{name: "fp16" for name in ("fp16", "float16", "16")},
+    **{name: "fp32" for name in ("fp32", "float32", "32")},
+}
+#: OLMo's autocast precision -> the dtype its `pure` FSDP precision reduces in
+_AUTOCAST_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def as_precision(text: str) -> str | None:
+    """`amp_bf16`, `bfloat16`, `torch.bfloat16` as 'bf16' ('fp16', 'fp32'); ValueError otherwise."""
+    value = as_text(text)
+    if value is None:
+        return None
+    name = value.lower().removeprefix("amp_").removeprefix("torch.")
+    if name not in _PRECISIONS:
+        raise ValueError(text)
+    return _PRECISIONS[name]
+
+
+def as_dtype(text: str) -> str | None:
+    """A torch dtype as its name: `torch.bfloat16`, `'bf16'` -> 'bfloat16'; ValueError otherwise."""
+    precision = as_precision(text)
+    return None if precision is None else _AUTOCAST_DTYPE[precision]
+
+
+def _olmo(r: _Reading) -> None:
+    """OLMo's `TrainConfig` (olmo/config.py): FSDP reduces in the autocast dtype under its `pure`
+    precision (the default), in float32 under `mixed`."""
+    r.take("precision", as_precision, "precision")
+    r.take("lr", as_float, "optimizer.learning_rate")
+    r.take("lr_schedule", as_text, "scheduler.name")
+    r.take("lr_warmup", as_float, "scheduler.t_warmup")
+    r.take("seed", as_int, "seed")
+    r.take("global_batch_size", as_int, "global_train_batch_size")
+    r.take("micro_batch_size", as_int, "device_train_microbatch_size")
+    r.take("train_iters", as_int, "max_duration")  # (a duration in tokens, `2e12T`, is none)
+    r.take("load", as_text, "load_path")
+    r.take("data_path", as_text, "data.paths")
+    r.take("tokenizer", as_text, "tokenizer.identifier")
+    r.take("vocab_size", as_int, "model.vocab_size")
+    if r.value("load_path", as_text) is not None and "reset_optimizer_state" in r.raw:
+        r.set("load_optimizer", _negated(r.value("reset_optimizer_state", as_bool)))
+    sharded = r.value("distributed_strategy", as_text) in (None, "fsdp") and "fsdp.precision" in r.raw
+    autocast = r.config.get("precision")
+    fsdp = r.value("fsdp.precision", as_text)
+    if sharded and fsdp == "mixed":
+        r.config["fsdp_reduce_dtype"] = "float32"
+    elif sharded and fsdp == "pure" and autocast is not None:
+        r.config["fsdp_reduce_dtype"] = _AUTOCAST_DTYPE[autocast]
+
+
+def _negated(flag: bool | None) -> bool | None:
+    return None if flag is None else not flag
+
+
+#: torchtitan's parallel degrees: the world is their product (`ParallelDims`; -1: the rest of it)
+_TITAN_DEGREES = (
+    "parallelism.data_parallel_replicate_degree",
+    "parallelism.data_parallel_shard_degree",
+    "parallelism.context_parallel_degree",
+    "parallelism.tensor_parallel_degree",
+    "parallelism.pipeline_parallel_degree",
+)
+
+
+def _torchtitan(r: _Reading) -> None:
+    """torchtitan's `JobConfig.to_dict()` (sections `training`, `parallelism`, `optimizer`, ...;
+    older versions kept the degrees and the warm-up under `training`)."""
+    r.take("precision", as_precision, "training.mixed_precision_param", "parallelism.mixed_precision_param")
+    r.take("fsdp_reduce_dtype", as_dtype, "training.mixed_precision_reduce", "parallelism.mixed_precision_reduce")
+    r.take("lr", as_float, "optimizer.lr")
+    r.take("lr_schedule", as_text, "lr_scheduler.decay_type")
+    r.take("lr_warmup", as_float, "lr_scheduler.warmup_steps", "training.warmup_steps")
+    r.take("seed", as_int, "training.seed")
+    r.take("micro_batch_size", as_int, "training.local_batch_size", "training.batch_size")
+    r.take("train_iters", as_int, "training.steps")
+    path = r.value("training.dataset_path", as_text)  # (None: the dataset named)
+    r.take("data_path", as_text, "training.dataset_path" if path else "training.dataset")
+    r.take("tokenizer", as_text, "model.hf_assets_path", "model.tokenizer_path")
+    r.take("load", as_text, "checkpoint.initial_load_path")
+    batch = r.value("training.global_batch_size", as_int)
+    if batch is not None and batch > 0:  # -1: one micro-batch per rank
+        r.config["global_batch_size"] = batch
+    degrees = [r.value(k, as_int) or r.value(k.replace("parallelism.", "training."), as_int) for k in _TITAN_DEGREES]
+    if all(d is not None and d > 0 for d in degrees):
+        r.config["world_size"] = math.prod(d for d in degrees if d is not None)
+
+
+def _torchrun(r: _Reading) -> None:
+    """torchrun's launch configs (torch/distributed/launcher/api.py): `max_nodes` nodes (an
+    elastic `min:max` run may have fewer) of `nproc_per_node` processes."""
+    nodes, per_node = r.value("max_nodes", as_int), r.value("nproc_per_node", as_int)
+    r.set("nodes", nodes)
+    if nodes is not None and per_node is not None and r.value("min_nodes", as_int) == nodes:
+        r.config["world_size"] = nodes * per_node
+
+
+def as_lightning_precision(text: str) -> str | None:
+    """Lightning's precision (`bf16-mixed`, `16-mixed`, `bf16`, `16`, `32`, `32-true`) as 'bf16',
+    'fp16' or 'fp32'; ValueError otherwise."""
+    value = as_text(text)
+    if value is None:
+        return None
+    bits = value.lower().split("-")[0]
+    if bits not in ("bf16", "16", "32", "64"):
+        raise ValueError(text)
+    return {"bf16": "bf16", "16": "fp16"}.get(bits, "fp32")
+
+
+def _nemo(r: _Reading) -> None:
+    """NeMo's experiment YAML (`trainer:` Lightning's settings, `model:` Megatron's; NeMo 1.x
+    configs such as megatron_gpt_config.yaml)."""
+    r.take("precision", as_lightning_precision, "trainer.precision")
+    r.take("nodes", as_int, "trainer.num_nodes")
+    r.take("train_iters", as_int, "trainer.max_steps")
+    r.take("micro_batch_size", as_int, "model.micro_batch_size")
+    r.take("global_batch_size", as_int, "model.global_batch_size")
+    r.take("rampup_batch_size", as_text, "model.rampup_batch_size")
+    r.take("seed", as_int, "model.seed")
+    r.take("lr", as_float, "model.optim.lr")
+    r.take("min_lr", as_float, "model.optim.sched.min_lr")
+    r.take("lr_schedule", as_text, "model.optim.sched.name")
+    r.take("lr_warmup", as_float, "model.optim.sched.warmup_steps", "model.optim.sched.warmup_ratio")
+    r.take("data_path", as_text, "model.data.data_prefix")
+    r.set("tokenizer", _tokenizer(r, "model.tokenizer.type", "model.tokenizer.model"))
+    r.take("load", as_text, "restore_from_path")
+    r.take("initial_scale_power", as_power, "model.native_amp_init_scale")
+    r.take("loss_scale_window", as_int, "model.native_amp_growth_interval")
+    r.take("hysteresis", as_int, "model.hysteresis")
+    devices = r.value("trainer.devices", as_int)
+    if devices is not None and r.config.get("nodes") is not None:  # (`devices: auto`: not known)
+        r.config["world_size"] = r.config["nodes"] * devices
+    if r.value("model.fsdp", as_bool):
+        r.take("fsdp_reduce_dtype", as_dtype, "model.fsdp_grad_reduce_dtype")
+
+
 #: block source -> its reader
 _READERS: dict[str, Callable[[_Reading], None]] = {
     "megatron-args": _megatron,
     "deepspeed-config": _deepspeed_engine,
     "deepspeed-json": _deepspeed_json,
     "hf-training-args": _hf_training_args,
+    "olmo-config": _olmo,
+    "torchtitan-config": _torchtitan,
+    "torchrun-launch": _torchrun,
+    "nemo-yaml": _nemo,
 }
 
 

@@ -14,11 +14,22 @@ Block shapes read (each from its first line to its end, one event per block):
     Training/evaluation parameters TrainingArguments(output_dir=..., fp16=True, ...)   Hugging Face
     TrainingArguments(                                                     (or one `key=value,`
     _n_gpu=1,                                                               a line, up to `)`)
+    ... train:89  INFO  TrainConfig(run_name='x', ..., fsdp=FSDPConfig(precision='pure'), ...)  OLMo
+    ... - root - INFO - Running with args: {'job': {...}, 'training': {...}, ...}      torchtitan
+    ... torch.distributed.launcher.api: [INFO] Starting elastic_operator with launch configs:
+    ... torch.distributed.launcher.api: [INFO]   max_nodes        : 32          torchrun (nodes)
+    [NeMo I 2023-01-18 07:39:41 megatron_gpt_pretraining:36]                 NeMo's YAML
+        ************** Experiment configuration ***********
+    [NeMo I 2023-01-18 07:39:41 megatron_gpt_pretraining:37]
+        trainer:
+          num_nodes: 4
 
 An entry is `key .... value` (Megatron pads keys with dots; DeepSpeed too, or with two spaces
 where the key is long), a JSON member, or `key=value`. Lines may carry launcher prefixes (`clean`
-strips them) and logger headers (stripped here). A value that goes on over several lines (an open
-`{`/`[`, a long path hard-wrapped by a terminal) is joined. Lines of other processes printed in
+strips them) and logger headers (stripped here); OLMo's and torchtitan's one-line reprs are
+flattened to dotted keys (`_config_repr`), NeMo's YAML keyed by its nesting; torchrun's `key : value`
+lines and NeMo's YAML end at the first line not theirs. A value that goes on over several lines (an
+open `{`/`[`, a long path hard-wrapped by a terminal) is joined. Lines of other processes printed in
 between are left to the other parsers; a block ends at its end line, at the next block's first, at
 a line of which another parser made a record or an event, or after `_MAX_OTHER` lines not its own
 in a row (a block the log cut short); the lines outside blocks cost nothing but the stream's
@@ -35,6 +46,7 @@ from typing import Any
 
 from gradwatch.events import EventKind
 from gradwatch.parsers._config_keys import canonical
+from gradwatch.parsers._config_repr import flat_repr
 from gradwatch.parsers.base import ParseOutput, Parser
 
 _MEGATRON_START = re.compile(r"-{3,} arguments -{3,}")
@@ -42,6 +54,24 @@ _MEGATRON_END = re.compile(r"-{3,} end of arguments -{3,}")
 _DEEPSPEED_START = "DeepSpeedEngine configuration"
 _DEEPSPEED_JSON = re.compile(r"^\s*json = \{\s*$")
 _HF_START = "TrainingArguments("
+#: OLMo's `log.info(cfg)`: the dataclass repr (`TrainConfig(run_name=...`) as a message (at the line's
+#: start, after `INFO` or its rich handler's `[train:89, rank=0] `), not code that builds one
+_OLMO_START = re.compile(r"(?:^|\bINFO\s+|\] )TrainConfig\((?=\w+=)")
+#: torchtitan's `Running with args: {job_config.to_dict()}` (`--job.print_args`)
+_TITAN_START = re.compile(r"Running with args: \{")
+#: source, where its repr's body begins, a word to look for first, the repr's closing bracket
+_ONE_LINE_REPRS = (
+    ("olmo-config", _OLMO_START, "TrainConfig(", ")"),
+    ("torchtitan-config", _TITAN_START, "Running with args", "}"),
+)
+_TORCHRUN_START = "Starting elastic_operator with launch configs"
+#: NeMo's `logging.info("\n\n************** Experiment configuration ***********")` before its YAML
+_NEMO_START = re.compile(r"\*{5,} Experiment configuration \*{5,}")
+#: a YAML line as `OmegaConf.to_yaml` prints it: `  key: value`, `  key:` (a mapping or list follows)
+#: or `  - item`
+_YAML_LINE = re.compile(r"^( *)(?:- (.*?)|([^\s:][^:]*?):(?: (.*?))?)\s*$")
+#: torchrun's `  min_nodes        : 2` (after its logger header, if each line has one)
+_COLON_ENTRY = re.compile(r"(?:^|[\]:])\s+([a-z_]+) +: (.*?)\s*$")
 #: a line of code, not a message: `args = TrainingArguments(` (a traceback's source line)
 _CODE = re.compile(r"[=(,.]\s*\w*$")
 #: a logger's header: `[2021-06-10 20:47:51,885] [INFO] [config.py:904:print] ` (its first bracket
@@ -175,6 +205,60 @@ class _JsonBlock(_Block):
         return False
 
 
+class _ColonBlock(_Block):
+    """torchrun's launch configs: `  key  : value` lines, up to the first line that is none."""
+
+    @property
+    def worn_out(self) -> bool:
+        return super().worn_out or self.other > 0
+
+    def _entry(self, text: str) -> bool | None:
+        m = _COLON_ENTRY.search(text)
+        if m is None:
+            return False
+        self._add(m.group(1), m.group(2))
+        return True
+
+
+class _YamlBlock(_Block):
+    """NeMo's experiment configuration: `OmegaConf.to_yaml(cfg)` logged as one message, its lines
+    indented under the logger's header; keys are dotted by their nesting (`trainer.num_nodes`), list
+    items joined into their key's value. It ends at the next message (a line not indented)."""
+
+    def __init__(self, source: str, line: int, step: int | None, ts: float | None) -> None:
+        super().__init__(source, line, step, ts)
+        self._path: list[tuple[int, str]] = []  # (indent, key) of the mappings the next line is in
+        self._items: list[str] = []  # the open list's items
+
+    @property
+    def worn_out(self) -> bool:
+        return super().worn_out or self.other > 0
+
+    def _entry(self, text: str) -> bool | None:
+        if not text[:1].isspace():  # the YAML message's own header (empty), else the next message
+            return not self.raw and not _payload(text)[0].strip()
+        m = _YAML_LINE.match(text.rstrip())
+        if m is None:
+            return not text.strip()
+        indent, item, key, value = len(m.group(1)), m.group(2), m.group(3), m.group(4)
+        if item is not None:
+            if self._path:
+                self._items.append(item)
+                self.raw[self._dotted()] = f"[{', '.join(self._items)}]"
+            return True
+        while self._path and self._path[-1][0] >= indent:
+            self._path.pop()
+        self._path.append((indent, key.strip()))
+        self._items = []
+        if value:
+            self.raw[self._dotted()] = value
+            self._path.pop()
+        return True
+
+    def _dotted(self) -> str:
+        return ".".join(key for _, key in self._path)
+
+
 class _CallBlock(_Block):
     """The Hugging Face `TrainingArguments(` repr printed one `key=value,` a line, up to `)`."""
 
@@ -211,9 +295,13 @@ class ConfigParser(Parser):
     name = "config"
     description = (
         "configuration blocks printed at a start: Megatron arguments, DeepSpeed config and JSON, "
-        "HF TrainingArguments (events only)"
+        "HF TrainingArguments, OLMo's TrainConfig, torchtitan's args, torchrun's launch configs, NeMo's YAML "
+        "(events only)"
     )
-    scan = r"-- arguments --|DeepSpeedEngine configuration|TrainingArguments\("
+    scan = (
+        r"-- arguments --|DeepSpeedEngine configuration|TrainingArguments\(|TrainConfig\(|Running with args: \{"
+        r"|elastic_operator with launch configs|Experiment configuration \*"
+    )
     auxiliary = True
     segment_safe = True
 
@@ -275,6 +363,10 @@ class ConfigParser(Parser):
             block: _Block = _DottedBlock("megatron-args", line, out.last_step, ts, _MEGATRON_END)
         elif _DEEPSPEED_START in text:
             block = _DottedBlock("deepspeed-config", line, out.last_step, ts, None)
+        elif _TORCHRUN_START in text:
+            block = _ColonBlock("torchrun-launch", line, out.last_step, ts)
+        elif "Experiment configuration" in text and _NEMO_START.search(text):
+            block = _YamlBlock("nemo-yaml", line, out.last_step, ts)
         elif _HF_START in text:
             at = text.index(_HF_START)
             rest = text[at + len(_HF_START) :].strip()
@@ -282,17 +374,36 @@ class ConfigParser(Parser):
                 return None
             block = _CallBlock("hf-training-args", line, out.last_step, ts)
             if rest:  # all on this line (or cut short by another line printed into it)
-                if self._block is not None:
-                    self._close(out)
-                block.raw = inline_arguments(rest)
-                self._write(block, out)
-                return bool(block.raw)
+                return self._one_line(block, inline_arguments(rest), out)
         else:
-            return None
+            one_line = self._one_line_repr(text, line, ts, out)
+            if one_line is None:
+                return None
+            return self._one_line(*one_line, out)
         if self._block is not None:
             self._close(out)
         self._block = block
         return True
+
+    @staticmethod
+    def _one_line_repr(
+        text: str, line: int, ts: float | None, out: ParseOutput
+    ) -> tuple[_Block, dict[str, str]] | None:
+        """OLMo's or torchtitan's configuration printed as one repr on `text`, if it is one."""
+        for source, start, marker, close in _ONE_LINE_REPRS:
+            m = start.search(text) if marker in text else None
+            if m is not None:
+                body = text[m.end() :].strip().removesuffix(close)
+                return _Block(source, line, out.last_step, ts), flat_repr(body)
+        return None
+
+    def _one_line(self, block: _Block, raw: dict[str, str], out: ParseOutput) -> bool:
+        """Write a block printed on one line: True when it read something."""
+        if self._block is not None:
+            self._close(out)
+        block.raw = raw
+        self._write(block, out)
+        return bool(raw)
 
     def _close(self, out: ParseOutput) -> None:
         block, self._block = self._block, None
