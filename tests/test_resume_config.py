@@ -357,3 +357,40 @@ def test_the_audit_of_a_log_does_not_depend_on_where_its_bytes_were_cut() -> Non
     assert [step for step, *_ in whole] == [401], whole
     rng = random.Random(3)
     assert audit([rng.randint(1, 3000) for _ in range(60)]) == whole
+
+
+def collapsing(first: int, last: int, scale0: float = 8192.0) -> list[str]:
+    """fp16 iterations after a bad resume: every step overflows and skips (the scale halves to 1),
+    the loss far above its level before."""
+    lines = []
+    for k, step in enumerate(range(first, last + 1)):
+        scale = max(scale0 / 2**k, 1.0)
+        lines.append(
+            f" iteration {step:8d}/  100000 | consumed samples: {step * 2048:12d} | "
+            f"elapsed time per iteration (ms): 9965.1 | learning rate: 6.000E-05 | global batch size:  2048 | "
+            f"lm loss: {7.5 + k / 10:.6E} | loss scale: {scale:.1f} | grad norm: {40.0 + k:.3f} | "
+            "num zeros: 0.0 | number of skipped iterations:   1 | number of nan iterations:   0 |"
+        )
+    return lines
+
+
+def test_the_seeds_story_end_to_end_is_one_critical_incident_naming_precision_and_optimizer(tmp_path: Path) -> None:
+    """A bf16 run's arguments, a restart in fp16 without optimizer state, overflows every step and
+    the loss scale falling to 1: one critical incident, told from the restart, whose headline names
+    the precision change and the optimizer state."""
+    log = write(
+        tmp_path / "run.log",
+        arguments(**BF16_ARGS),
+        iterations(1, 450),
+        arguments(**FP16_ARGS),
+        loading(400),
+        iterations(401, 410),
+        collapsing(411, 430),
+    )
+    result = check_json(str(log))
+    incidents = result["incidents"]
+    assert len(incidents) == 1, incidents
+    incident = incidents[0]
+    assert incident["severity"] == "critical"
+    assert "bf16 -> fp16" in incident["headline"] and "optimizer state not loaded" in incident["headline"]
+    assert {a["incident"] for a in result["alerts"] if a["severity"] != "info"} == {incident["id"]}

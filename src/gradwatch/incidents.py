@@ -508,7 +508,7 @@ def headline(inc: Incident, overflows: _Overflows) -> str:
     for a in sorted(alerts, key=lambda a: (a.step is None, a.step or 0)):
         by_detector.setdefault(a.detector, []).append(a)
     parts: list[str] = []
-    resumed = [_short(a.message) for d in RESTART_DETECTORS for a in by_detector.pop(d, [])]
+    resumed = [_restart_phrase(a.message) for d in RESTART_DETECTORS for a in by_detector.pop(d, [])]
     if inc.cause is not None and inc.cause.step is not None:
         again = "started again from step 0" if inc.cause.step == 0 else f"resumed at {inc.cause.step:,}"
         told = f"{again} ({inc.cause.how})"
@@ -522,7 +522,7 @@ def headline(inc: Incident, overflows: _Overflows) -> str:
     if told_overflows is not None:
         parts.append(told_overflows)
     elif scaler:
-        parts += [_short(a.message) for a in scaler]
+        parts.append(_scaler_phrase(scaler))
     crash = by_detector.pop(CRASH_DETECTOR, [])
     for detector, found in by_detector.items():
         parts.append(_phrase(detector, found))
@@ -537,6 +537,22 @@ def _phrase(detector: str, alerts: list[Alert]) -> str:
     if name is None or not ratios:
         return _short(alerts[0].message)
     return f"{name} {_ratio(max(ratios))}"
+
+
+def _restart_phrase(message: str) -> str:
+    """What changed at a restart, as its differences' heads: "restart at step 401 (...):
+    precision bf16 -> fp16; optimizer state not loaded (load_optimizer false); ..." gives
+    "precision bf16 -> fp16, optimizer state not loaded" (the headline says where it resumed)."""
+    head, sep, differences = message.partition("): ")
+    if not sep or not head.startswith("restart at step"):
+        return _short(message)
+    return ", ".join(_TRAILING_NOTE.sub("", d.split(": ")[0]).strip() for d in differences.split("; "))
+
+
+def _scaler_phrase(alerts: list[Alert]) -> str:
+    """The loss scale's fall as its lowest value ("loss scale down to 1"), else the first message."""
+    values = [a.value for a in alerts if a.value is not None and np.isfinite(a.value)]
+    return f"loss scale down to {_number(min(values))}" if values else _short(alerts[0].message)
 
 
 def _ratio(r: float) -> str:
