@@ -42,7 +42,7 @@ _BRACKET_EPOCH = re.compile(
 )
 #: an iteration counter in brackets: `Iter(train) [ 510/2046]`
 _BRACKET_ITER = re.compile(r"(?i)\biter\S*?:?\s*\[\s*(?P<n>\d{1,12})\s*/\s*\d{1,12}\s*\]")
-#: a comma-separated row (CSV), cells without spaces inside
+#: a cell that is one number, or one name (a CSV's header)
 _NUMBER_ONLY = re.compile(rf"\s*['\"]?(?:{NUMBER})['\"]?\s*\Z")
 _NAME_ONLY = re.compile(r"\s*[A-Za-z_][\w./\-]*\s*\Z")
 
