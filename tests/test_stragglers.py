@@ -119,7 +119,8 @@ def test_tail_warns_about_a_rank_that_falls_silent_while_the_others_go_on(
     config.write_text("detectors:\n  stall:\n    floor_s: 1.0\n    factor: 1.0\n")
     t = tails(*logs, "--run", "job7", "--config", str(config))
     t.started()
-    going = [writer(Path(log), "--first", "1030", "--count", "60", "--rate", "20") for log in logs[:2]]
+    # (writing on for 10 s: a loaded machine still sees the others go on while this one is silent)
+    going = [writer(Path(log), "--first", "1030", "--count", "200", "--rate", "20") for log in logs[:2]]
     try:
         alert = t.wait_for(
             lambda o: o["type"] == "alert" and o["detector"] == "straggler", timeout=15, what="straggler alert"
