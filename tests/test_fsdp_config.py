@@ -268,6 +268,14 @@ def test_nemo_yaml_is_one_event_with_dotted_keys_and_its_next_message_is_read_on
     assert [(e.kind, e.line) for e in found[1:]] == [(EventKind.ERROR, 2 * len(nemo_config()) + 1)]
 
 
+def test_nemo_yaml_keeps_its_nesting_behind_srun_labels() -> None:
+    """`srun --label` puts `0: ` before each line: the indentation after it is the YAML's own."""
+    labelled = [f"0: {line}" for line in nemo_config()]
+    (event,) = [e for e in events(labelled) if e.kind is EventKind.CONFIG]
+    assert event.data["raw"]["exp_manager.checkpoint_callback_params.monitor"] == "val_loss"
+    assert (event.data["config"]["nodes"], event.data["config"]["min_lr"]) == (4, 2e-05)
+
+
 def olmo_run(path: Path, nodes: int, drift: bool) -> Path:
     """An OLMo run on `nodes` nodes with bf16 FSDP reduction: torchrun's launch configs, OLMo's
     configuration, then its records (z-loss on); the output-logit norm drifts from step 1,800 when
@@ -307,3 +315,57 @@ def test_the_events_are_the_same_in_any_chunks(chunk: int) -> None:
         (17, "nemo-yaml"),
     ]
     assert found == [(e.line, e.data["source"], e.data["config"]) for e in configs(lines)]
+
+
+#: OLMo-core's scripts: `rich.print(config)` on rank 0, the dataclass pretty-printed a field a line
+OLMO_CORE_CONFIG = """ExperimentConfig(
+    run_name='olmo2-7b',
+    model=TransformerConfig(
+        d_model=4096,
+        vocab_size=100278,
+        n_layers=32,
+    ),
+    dataset=NumpyFSLDatasetConfig(
+        tokenizer=TokenizerConfig(
+            vocab_size=100278,
+            identifier='allenai/dolma2-tokenizer',
+        ),
+        paths=['s3://bucket/part-0.npy', 's3://bucket/part-1.npy'],
+    ),
+    train_module=TransformerTrainModuleConfig(
+        rank_microbatch_size=8192,
+        optim=SkipStepAdamWConfig(
+            group_overrides=[
+                OptimGroupOverride(params=['embeddings.weight'], opts={'weight_decay': 0.0})
+            ],
+            lr=0.0003,
+            betas=(0.9, 0.95),
+        ),
+        scheduler=CosWithWarmup(warmup_steps=2000, alpha_f=0.1),
+        dp_config=TransformerDataParallelConfig(
+            name=<DataParallelType.hsdp: 'hsdp'>,
+            param_dtype=<DType.bfloat16: 'bfloat16'>,
+            reduce_dtype=<DType.float32: 'float32'>,
+        ),
+    ),
+    init_seed=12536,
+    load_path=None,
+)"""
+
+
+def test_olmo_cores_pretty_printed_config_is_one_event() -> None:
+    marker = "[2025-02-20 15:18:04] INFO     [olmo_core.train.callbacks.console_logger:62, rank=0] [step=1/7,epoch=1]"
+    lines = [f"[rank0]:{line}" for line in OLMO_CORE_CONFIG.splitlines()]
+    (event,) = [e for e in events([*lines, marker, "    train/CE loss=11.03"]) if e.kind is EventKind.CONFIG]
+    assert (event.line, event.data["source"]) == (1, "olmo-config")
+    assert event.data["config"] == {
+        "data_path": "['s3://bucket/part-0.npy', 's3://bucket/part-1.npy']",
+        "fsdp_reduce_dtype": "float32",
+        "load": None,
+        "lr": 0.0003,
+        "lr_warmup": 2000.0,
+        "precision": "bf16",
+        "seed": 12536,
+        "tokenizer": "allenai/dolma2-tokenizer",
+        "vocab_size": 100278,
+    }

@@ -394,3 +394,56 @@ def test_the_seeds_story_end_to_end_is_one_critical_incident_naming_precision_an
     assert incident["severity"] == "critical"
     assert "bf16 -> fp16" in incident["headline"] and "optimizer state not loaded" in incident["headline"]
     assert {a["incident"] for a in result["alerts"] if a["severity"] != "info"} == {incident["id"]}
+
+
+def test_a_run_of_successive_job_logs_audits_each_jobs_start_against_the_one_before(tmp_path: Path) -> None:
+    """`--run` with the `slurm-%j.out` of three jobs, given in an order no glob would fix
+    (`slurm-99` sorts after `slurm-100`): each later job's start is a restart of the run, audited
+    against the job before, and the incident it causes is told from that restart."""
+    first = write(tmp_path / "slurm-99.out", arguments(**BF16_ARGS), iterations(1, 450))
+    second = write(tmp_path / "slurm-100.out", arguments(**BF16_ARGS), loading(450), iterations(451, 900))
+    fp16 = {**BF16_ARGS, "fp16": True, "bf16": False}
+    third = write(tmp_path / "slurm-101.out", arguments(**fp16), loading(900), iterations(901, 950, lr=3e-4))
+    alone = run_cli("check", "--output", "json", str(third), str(second), str(first))
+    assert audits(json.loads(alone.stdout)) == []  # each file alone says nothing of a change
+    p = run_cli("check", "--output", "json", "--run", "job", str(third), str(second), str(first))
+    assert p.returncode == 1, p.stderr
+    result = json.loads(p.stdout)
+    assert [Path(f["path"]).name for f in result["files"]] == ["slurm-99.out", "slurm-100.out", "slurm-101.out"]
+    assert audits(result) == [
+        (
+            "warning",
+            901,
+            f"restart at step 901 (checkpoint of iteration 900 loaded, after {second}): precision bf16 -> "
+            "fp16; lr 6e-05 before at step 901 -> 0.0003 after",
+        )
+    ]
+    (incident,) = [i for i in result["incidents"] if i["severity"] == "warning"]
+    assert incident["resumed_at"] == 900 and incident["headline"].startswith("resumed at 900"), incident
+
+
+def test_rank_files_of_one_job_are_not_successive_jobs(tmp_path: Path) -> None:
+    """Two ranks' files log the same steps: one job, no restart between them, whatever their order."""
+    rank0 = write(tmp_path / "rank0.log", arguments(**BF16_ARGS), iterations(1, 300))
+    rank1 = write(tmp_path / "rank1.log", arguments(**BF16_ARGS), iterations(2, 300))
+    p = run_cli("check", "--output", "json", "--run", "job", str(rank1), str(rank0))
+    assert p.returncode == 0 and json.loads(p.stdout)["alerts"] == [], p.stdout
+
+
+def test_the_next_jobs_log_ends_the_incident_of_the_job_before_and_restarts_the_run(tmp_path: Path) -> None:
+    """A later job's log that says nothing of a load still starts where the run went on from: an
+    incident at the end of the job before is over, and the new job's trouble is its own, told from
+    the restart."""
+
+    def spike(lines: list[str], step: int) -> list[str]:
+        return [line.replace("grad norm: 0.2", "grad norm: 90.0") if f" {step}/" in line else line for line in lines]
+
+    write(tmp_path / "slurm-7.out", arguments(**BF16_ARGS), spike(iterations(1, 450), 440))
+    write(tmp_path / "slurm-8.out", arguments(**BF16_ARGS), spike(iterations(451, 900), 460))
+    p = run_cli(
+        "check", "--output", "json", "--run", "job", str(tmp_path / "slurm-8.out"), str(tmp_path / "slurm-7.out")
+    )
+    incidents = json.loads(p.stdout)["incidents"]
+    spikes = [i for i in incidents if any(a["detector"] == "grad_norm_spike" for a in i["alerts"])]
+    assert [(i["first_step"], i["ended"], i["resumed_at"]) for i in spikes] == [(440, "over", None), (460, "over", 450)]
+    assert spikes[1]["headline"].startswith("resumed at 450 (next job's log)"), spikes[1]

@@ -70,10 +70,16 @@ class _Restart:
 @dataclass
 class _File:
     last_step: int | None = None
+    first_step: int | None = None
     records: int = 0
     restarts: list[_Restart] = field(default_factory=list)
     #: `records` when the latest restart was noted
     records_at_restart: int = -1
+    #: the line of the file's first configuration block (where a later job's file starts)
+    start_line: int | None = None
+    #: which job of the run wrote the file: files that started together (ranks, nodes) share it,
+    #: a file that starts further on (the `slurm-%j.out` of a requeued job) is the next one's
+    job: int = 0
 
     def restart_at(self, line: int | None) -> _Restart | None:
         """The latest restart at or before `line` (None: the latest of all)."""
@@ -318,12 +324,15 @@ class Correlator:
         """A checkpoint load or a configuration block: a restart, unless it is the file's own start."""
         if kind is EventKind.CONFIG:
             if f.records == 0:
-                return []  # the run's first start: no restart
+                f.start_line = line if f.start_line is None else f.start_line
+                return []  # the file's first start: a restart only if it is a later job's (`_records`)
             return self._restart(run, f, path, _Restart(line, None, "new configuration"))
         iteration = data.get("iteration")
         step = iteration if isinstance(iteration, int) and not isinstance(iteration, bool) else None
         if step == 0:
             return []  # weights for a new run (a fine-tune's base model), not a resume
+        if f.records == 0 and f.start_line is not None:
+            line = f.start_line  # the file's start begins at its configuration block
         return self._restart(run, f, path, _Restart(line, step, "checkpoint load"))
 
     def _restart(self, run: _Run, f: _File, path: str, restart: _Restart) -> list[Note]:
@@ -334,16 +343,23 @@ class Correlator:
             return []
         f.restarts.append(restart)
         f.records_at_restart = f.records
-        return [
-            self._end(inc)
-            for inc in run.incidents
-            if inc.ended is None and any(a.path == path and (a.line or 0) < restart.line for a in inc.alerts)
-        ]
+        return [self._end(inc) for inc in run.incidents if inc.ended is None and self._before(run, inc, path, restart)]
+
+    @staticmethod
+    def _before(run: _Run, inc: Incident, path: str, restart: _Restart) -> bool:
+        """Whether `inc` happened before `restart` of `path`: earlier in that file, or in the files
+        of an earlier job of the run."""
+        if any(a.path == path and (a.line or 0) < restart.line for a in inc.alerts):
+            return True
+        job = run.file(path).job
+        return bool(inc.paths) and all(p in run.files and run.files[p].job < job for p in inc.paths)
 
     def _records(self, run: _Run, f: _File, path: str, steps: np.ndarray, line: int) -> list[Note]:
         """Records of one stretch, in order; the first may have gone back (a restart)."""
         notes: list[Note] = []
         first = int(steps[0])
+        if f.records == 0 and self.run_name is not None:
+            notes += self._first_records(run, f, path, first, line)
         if f.last_step is not None and first < f.last_step:
             went = f"step went back from {f.last_step:,}"
             notes += self._restart(run, f, path, _Restart(line, max(first - 1, 0), went))
@@ -361,6 +377,24 @@ class Correlator:
         f.records += len(steps)
         return notes
 
+    def _first_records(self, run: _Run, f: _File, path: str, first: int, line: int) -> list[Note]:
+        """A file of the run logs its first step: it started with the files whose first steps are
+        within a logging interval of it (ranks, nodes: the same job), or later, as the next job (a
+        requeued `slurm-%j.out`), whose start is a restart of the run."""
+        f.first_step = first
+        others = [g for p, g in run.files.items() if p != path and g.first_step is not None]
+        if not others:
+            return []
+        peers = [g for g in others if abs(first - (g.first_step or 0)) <= run.interval]
+        if peers or first < min(g.first_step or 0 for g in others):
+            f.job = max((g.job for g in peers), default=0)
+            return []
+        f.job = 1 + max(g.job for g in others)
+        if f.restarts:  # it said where it resumed (a checkpoint load): that is the restart
+            return []
+        start = line if f.start_line is None else f.start_line
+        return self._restart(run, f, path, _Restart(start, max(first - 1, 0), "next job's log"))
+
     @staticmethod
     def _interval(run: _Run, steps: np.ndarray) -> None:
         if len(run.steps_seen) < INTERVAL_RECORDS:
@@ -368,6 +402,11 @@ class Correlator:
             run.steps_seen += diffs[diffs > 0][: INTERVAL_RECORDS - len(run.steps_seen)].tolist()
 
     def _restarted_after(self, run: _Run, inc: Incident) -> bool:
+        """Whether a file of the incident restarted after its alerts there, or a later job's
+        file of the run started."""
+        jobs = [run.files[p].job for p in inc.paths if p in run.files]
+        if jobs and any(f.job > max(jobs) and f.restarts for f in run.files.values()):
+            return True
         for path in inc.paths:
             f = run.files.get(path)
             last = max((a.line or 0 for a in inc.alerts if a.path == path), default=0)

@@ -247,13 +247,15 @@ def check_path(
     jobs: int = 1,
     on_bytes: Callable[[int], None] | None = None,
     previous: RunEnd | None = None,
+    on_end: Callable[[RunEnd], None] | None = None,
 ) -> tuple[FileSummary, list[Alert]]:
     """Check one archived file, or all of standard input when `path` is None, from start to end.
 
     `on_batch` as in `FileCheck`; `snapshots` writes the evidence of each alert (and keeps the
     read in this process); `jobs` > 1 lets a large file be parsed by that many worker processes;
     `on_bytes` is told how many more bytes were read, as they are (progress bars); `previous` as
-    in `FileCheck`.
+    in `FileCheck`; `on_end` is told where the file left its run (`run_end`), when the restart
+    audit ran.
     """
     advance = on_bytes or (lambda n: None)
     check = FileCheck(STDIN if path is None else str(path), settings, fmt, on_batch, previous)
@@ -275,6 +277,9 @@ def check_path(
     except (InputError, WorkerError) as e:  # a missing file, a damaged gzip, a worker that failed:
         check.summary.error = str(e)  # what came before it is still checked (and the check fails)
     alerts += evidenced(check.close())
+    audit = next((d for d in check.detectors if isinstance(d, ResumeConfig)), None)
+    if on_end is not None and audit is not None:
+        on_end(audit.end())
     if snapshots is not None:
         snapshots.close(check)
     if check.summary.records == 0 and check.summary.error is None and not _says_something(alerts):

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.config import Settings
+from gradwatch.detectors.resume_config import RunEnd
 from gradwatch.errors import InputError, UsageError
 from gradwatch.incidents import Correlator, in_run_order
 from gradwatch.parsers.stream import Batch
 from gradwatch.pipeline import check_path, run_end
+from gradwatch.run_files import RunFile, in_job_order
 from gradwatch.sinks.progress import CheckProgress
 from gradwatch.sinks.report import Report
 from gradwatch.sources.archive import expand_paths
@@ -37,7 +39,8 @@ def run_check(
     `jobs`: worker processes for a large file (None: `workers.default_jobs()`). `previous`: the
     log of the job before (`--previous`): each file's first start is a restart of the run it left.
     `run`: the files are one run of that name (`--run`): their alerts and incidents are the run's,
-    and a file that fell far behind the others is a straggler.
+    a later job's file starts as a restart of the run (`run_files`), and a file that fell far
+    behind the others is a straggler.
     """
     from gradwatch.parsers import new_parsers
     from gradwatch.workers import default_jobs
@@ -53,12 +56,16 @@ def run_check(
     if not files:
         raise InputError(f"no log files found in {', '.join(paths)}")
     before = None if previous is None else run_end(Path(previous), settings, fmt)
+    ordered = in_job_order(files, settings, fmt) if run is not None and len(files) > 1 else _one_job(files)
     correlator = Correlator(settings.incidents, run)
-    found: dict[str, list[list[Alert]]] = {}
+    found: dict[tuple[str, int], list[list[Alert]]] = {}  # (run, job) -> each file's alerts
+    ends: dict[int, tuple[int, RunEnd]] = {}  # job -> where its furthest file left the run
     with CheckProgress() as progress:
-        for path in files:
+        for f in ordered:
+            path = f.path
             progress.start_file(path)
             name = STDIN if path is None else str(path)
+            left = ends.get(f.job - 1)
             summary, alerts = check_path(
                 path,
                 settings,
@@ -67,10 +74,11 @@ def run_check(
                 snapshots=snapshots,
                 jobs=jobs or default_jobs(),
                 on_bytes=progress.advance,
-                previous=before,
+                previous=before if left is None else left[1],
+                on_end=_keep_end(ends, f.job),
             )
             report.files.append(summary)
-            found.setdefault(run or name, []).append(alerts)
+            found.setdefault((run or name, f.job), []).append(alerts)
     for per_file in found.values():
         correlator.add_all(in_run_order(per_file))
     if run is not None:
@@ -79,6 +87,22 @@ def run_check(
     report.alerts = sorted(correlator.alerts, key=Alert.sort_key)
     report.incidents = correlator.incidents
     return report
+
+
+def _one_job(files: list[Path | None]) -> list[RunFile]:
+    return [RunFile(path, 0) for path in files]
+
+
+def _keep_end(ends: dict[int, tuple[int, RunEnd]], job: int) -> Callable[[RunEnd], None]:
+    """What `check_path` tells where a file of `job` left the run: the file that logged the
+    furthest step is where the next job resumes from."""
+
+    def keep(end: RunEnd) -> None:
+        step = -1 if end.last_step is None else end.last_step
+        if job not in ends or step > ends[job][0]:
+            ends[job] = (step, end)
+
+    return keep
 
 
 def _observer(correlator: Correlator, path: str) -> Callable[[Batch], None]:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 _NONE = frozenset({"none", "null", ""})
-#: `SchedulerType.LINEAR`, `IntervalStrategy.NO`: the enum's member is the value
-_ENUM = re.compile(r"^[A-Z]\w*\.(\w+)$")
+#: `SchedulerType.LINEAR`, `IntervalStrategy.NO`, `<DType.bfloat16: 'bfloat16'>`: the enum's member is the value
+_ENUM = re.compile(r"^[A-Z]\w*\.(\w+)$|^<[A-Z]\w*\.(\w+): [^<>]*>$")
 #: DeepSpeed's `dynamic_loss_scale_args`: `{'init_scale': 4096, 'scale_window': 500, ...}`
 _DICT_ENTRY = re.compile(r"'(\w+)':\s*([^,}]+)")
 
@@ -65,7 +65,7 @@ def as_text(text: str) -> str | None:
         return None
     value = _unquote(text)
     m = _ENUM.match(value)
-    return m.group(1).lower() if m else value
+    return (m.group(1) or m.group(2)).lower() if m else value
 
 
 def as_power(text: str) -> int | None:
@@ -257,7 +257,11 @@ def as_dtype(text: str) -> str | None:
 
 def _olmo(r: _Reading) -> None:
     """OLMo's `TrainConfig` (olmo/config.py): FSDP reduces in the autocast dtype under its `pure`
-    precision (the default), in float32 under `mixed`."""
+    precision (the default), in float32 under `mixed`. OLMo-core's configs are told apart by
+    their `train_module`."""
+    if any(key.startswith("train_module.") for key in r.raw):
+        _olmo_core(r)
+        return
     r.take("precision", as_precision, "precision")
     r.take("lr", as_float, "optimizer.learning_rate")
     r.take("lr_schedule", as_text, "scheduler.name")
@@ -279,6 +283,20 @@ def _olmo(r: _Reading) -> None:
         r.config["fsdp_reduce_dtype"] = "float32"
     elif sharded and fsdp == "pure" and autocast is not None:
         r.config["fsdp_reduce_dtype"] = _AUTOCAST_DTYPE[autocast]
+
+
+def _olmo_core(r: _Reading) -> None:
+    """OLMo-core's experiment config (its scripts' `ExperimentConfig`): the data-parallel config
+    names FSDP's parameter and reduce dtypes. Its batch sizes count tokens, not samples: not read."""
+    r.take("precision", as_precision, "train_module.autocast_precision", "train_module.dp_config.param_dtype")
+    r.take("fsdp_reduce_dtype", as_dtype, "train_module.dp_config.reduce_dtype")
+    r.take("lr", as_float, "train_module.optim.lr")
+    r.take("lr_warmup", as_float, "train_module.scheduler.warmup_steps", "train_module.scheduler.warmup")
+    r.take("seed", as_int, "init_seed", "data_loader.seed")
+    r.take("load", as_text, "load_path", "trainer.load_path")
+    r.take("tokenizer", as_text, "dataset.tokenizer.identifier")
+    r.take("vocab_size", as_int, "model.vocab_size")
+    r.take("data_path", as_text, "dataset.paths", "dataset.mix")
 
 
 def _negated(flag: bool | None) -> bool | None:

@@ -9,9 +9,10 @@ import re
 import numpy as np
 
 # Launcher prefixes seen in real logs, outermost first: torch.distributed `[default7]:`, `[rank0]:`,
-# srun --label `0: `, LUMI `nid005143:0 out: `, Ray `(pretraining, pid=4112) `. They may nest.
+# srun --label `0: ` (one space: what follows is the line's own indentation, a YAML's nesting), LUMI
+# `nid005143:0 out: `, Ray `(pretraining, pid=4112) `. They may nest.
 PREFIXES = (
-    r"(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s+|nid\d+:\d+ (?:out|err): |\([\w.-]+, pid=\d+(?:, ip=[\d.]+)?\)\s)+"
+    r"(?:\[(?:default|rank)\d+\]:\s?|\d{1,5}:\s|nid\d+:\d+ (?:out|err): |\([\w.-]+, pid=\d+(?:, ip=[\d.]+)?\)\s)+"
 )
 _PREFIX = re.compile(f"^{PREFIXES}")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")

@@ -15,6 +15,9 @@ Block shapes read (each from its first line to its end, one event per block):
     TrainingArguments(                                                     (or one `key=value,`
     _n_gpu=1,                                                               a line, up to `)`)
     ... train:89  INFO  TrainConfig(run_name='x', ..., fsdp=FSDPConfig(precision='pure'), ...)  OLMo
+    ExperimentConfig(                                                  OLMo-core's rich.print(config)
+        train_module=TransformerTrainModuleConfig(
+            dp_config=TransformerDataParallelConfig(reduce_dtype=<DType.float32: 'float32'>, ...
     ... - root - INFO - Running with args: {'job': {...}, 'training': {...}, ...}      torchtitan
     ... torch.distributed.launcher.api: [INFO] Starting elastic_operator with launch configs:
     ... torch.distributed.launcher.api: [INFO]   max_nodes        : 32          torchrun (nodes)
@@ -54,14 +57,17 @@ _MEGATRON_END = re.compile(r"-{3,} end of arguments -{3,}")
 _DEEPSPEED_START = "DeepSpeedEngine configuration"
 _DEEPSPEED_JSON = re.compile(r"^\s*json = \{\s*$")
 _HF_START = "TrainingArguments("
-#: OLMo's `log.info(cfg)`: the dataclass repr (`TrainConfig(run_name=...`) as a message (at the line's
-#: start, after `INFO` or its rich handler's `[train:89, rank=0] `), not code that builds one
-_OLMO_START = re.compile(r"(?:^|\bINFO\s+|\] )TrainConfig\((?=\w+=)")
+#: OLMo's `log.info(cfg)`: the dataclass repr (`TrainConfig(run_name=...`; OLMo-core's scripts'
+#: `ExperimentConfig(`) as a message (at the line's start, after `INFO` or its rich handler's
+#: `[train:89, rank=0] `), not code that builds one
+_OLMO_START = re.compile(r"(?:^|\bINFO\s+|\] )(?:Train|Experiment)Config\((?=\w+=)")
+#: the same repr pretty-printed over many lines (OLMo-core's `rich.print(config)`): the class alone
+_OLMO_MULTILINE = re.compile(r"^(?:Train|Experiment)Config\($")
 #: torchtitan's `Running with args: {job_config.to_dict()}` (`--job.print_args`)
 _TITAN_START = re.compile(r"Running with args: \{")
 #: source, where its repr's body begins, a word to look for first, the repr's closing bracket
 _ONE_LINE_REPRS = (
-    ("olmo-config", _OLMO_START, "TrainConfig(", ")"),
+    ("olmo-config", _OLMO_START, "Config(", ")"),
     ("torchtitan-config", _TITAN_START, "Running with args", "}"),
 )
 _TORCHRUN_START = "Starting elastic_operator with launch configs"
@@ -259,6 +265,29 @@ class _YamlBlock(_Block):
         return ".".join(key for _, key in self._path)
 
 
+class _ReprBlock(_Block):
+    """A dataclass repr pretty-printed one field a line, nested fields indented (rich's pretty
+    printer), up to the bracket that closes it: flattened as its one-line form is (`flat_repr`)."""
+
+    def __init__(self, source: str, line: int, step: int | None, ts: float | None) -> None:
+        super().__init__(source, line, step, ts)
+        self._body: list[str] = []
+        self._open = 1  # brackets open: the class's own
+
+    def _entry(self, text: str) -> bool | None:
+        payload, headed = _payload(text)
+        if headed:  # a logged line printed into the repr is another process's
+            return False
+        piece = payload.strip()
+        self._open += _depth(piece)
+        if self._open <= 0:
+            piece = piece.removesuffix(")")
+        self._body.append(piece)
+        if self._open <= 1:  # a top-level field is complete: the entries so far
+            self.raw = flat_repr(" ".join(self._body))
+        return None if self._open <= 0 else True
+
+
 class _CallBlock(_Block):
     """The Hugging Face `TrainingArguments(` repr printed one `key=value,` a line, up to `)`."""
 
@@ -299,8 +328,8 @@ class ConfigParser(Parser):
         "(events only)"
     )
     scan = (
-        r"-- arguments --|DeepSpeedEngine configuration|TrainingArguments\(|TrainConfig\(|Running with args: \{"
-        r"|elastic_operator with launch configs|Experiment configuration \*"
+        r"-- arguments --|DeepSpeedEngine configuration|TrainingArguments\(|(?:Train|Experiment)Config\("
+        r"|Running with args: \{|elastic_operator with launch configs|Experiment configuration \*"
     )
     auxiliary = True
     segment_safe = True
@@ -367,6 +396,8 @@ class ConfigParser(Parser):
             block = _ColonBlock("torchrun-launch", line, out.last_step, ts)
         elif "Experiment configuration" in text and _NEMO_START.search(text):
             block = _YamlBlock("nemo-yaml", line, out.last_step, ts)
+        elif "Config(" in text and _OLMO_MULTILINE.match(_payload(text)[0].strip()):
+            block = _ReprBlock("olmo-config", line, out.last_step, ts)
         elif _HF_START in text:
             at = text.index(_HF_START)
             rest = text[at + len(_HF_START) :].strip()
