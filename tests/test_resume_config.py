@@ -447,3 +447,17 @@ def test_the_next_jobs_log_ends_the_incident_of_the_job_before_and_restarts_the_
     spikes = [i for i in incidents if any(a["detector"] == "grad_norm_spike" for a in i["alerts"])]
     assert [(i["first_step"], i["ended"], i["resumed_at"]) for i in spikes] == [(440, "over", None), (460, "over", 450)]
     assert spikes[1]["headline"].startswith("resumed at 450 (next job's log)"), spikes[1]
+
+
+def test_tail_run_audits_the_next_jobs_log_when_it_appears(tmp_path: Path, tails: Any) -> None:  # noqa: F811
+    """`tail --run` over `slurm-*.out`: the requeued job's log appears while following, and its
+    first start is audited against where the job before left the run."""
+    write(tmp_path / "slurm-1.out", arguments(**BF16_ARGS), iterations(1, 450))
+    t = tails(str(tmp_path / "slurm-*.out"), "--run", "job")
+    t.started()
+    later = tmp_path / "slurm-2.out"
+    write(later, arguments(**FP16_ARGS), loading(400), iterations(401, 420))
+    found = t.wait_for(lambda o: o["type"] == "alert" and o["detector"] == "resume_config", what="restart audit")
+    assert (found["path"], found["step"]) == (str(later), 401)
+    assert "precision bf16 -> fp16" in found["message"] and "slurm-1.out" in found["message"], found
+    t.stop()

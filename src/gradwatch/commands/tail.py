@@ -40,6 +40,7 @@ from pathlib import Path
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.config import Settings
+from gradwatch.detectors.resume_config import ResumeConfig, RunEnd
 from gradwatch.detectors.stall import Stall
 from gradwatch.errors import ExitCode, UsageError
 from gradwatch.incidents import Correlator, Note
@@ -314,13 +315,28 @@ class _Tail:
         if self.reason is not None and self.reason != "interrupted":
             return  # --exit-on fired earlier in this read: nothing more is judged (after Ctrl-C, what was written is)
         check = self.checks.get(path)
+    def _run_left(self) -> RunEnd | None:
+        """With --run, where the run was left when a file of it appears while following (the
+        next job's `slurm-%j.out`): the end of its file that logged the furthest step, against
+        which the new file's first start is audited (a rank that starts late continues it alike)."""
+        if not self.following or self.opts.run is None:
+            return None
+        audits = [
+            (c.summary.last_step, audit)
+            for c in self.checks.values()
+            if c.summary.last_step is not None
+            for audit in c.detectors
+            if isinstance(audit, ResumeConfig)
+        ]
+        return max(audits, key=lambda found: found[0])[1].end() if audits else None
+
         if check is None:
             check = self.checks[path] = FileCheck(
                 path,
                 self.settings,
                 self.opts.fmt,
                 on_batch=lambda batch: self._on_batch(path, batch),
-                previous=self.previous,
+                previous=self._run_left() or self.previous,
             )
             self.stalls[path] = next((d for d in check.detectors if isinstance(d, Stall)), None)
             if self.snapshots is not None:
