@@ -1,22 +1,28 @@
-"""The self-contained HTML page of `report` and `compare`: facts at the top, SVG panels, tables.
+"""The self-contained HTML page of `report` and `compare`: facts at the top, plotly panels, tables.
 
-Self-contained means it needs no network: inline CSS, inline SVG, one inline script, system fonts.
-Its Content-Security-Policy forbids loading anything and allows only that script and style (by
-hash), so log text, escaped everywhere, could not run or fetch anything even if an escape were
-missed. The script adds a step readout under the mouse and marks `<html data-ready="1">` when it
-ran, which is how the browser test knows the page loaded without errors.
+Self-contained means it needs no network: plotly.js (from the `plotly` package) is inlined, with
+the figures as JSON, inline CSS and system fonts. Its Content-Security-Policy forbids loading
+anything and runs only the page's own scripts (by hash; no `eval`), so log text, escaped
+everywhere, could not run or fetch anything even if an escape were missed. Styles are allowed
+inline because plotly.js adds its own style rules as it draws. The page's script opens an
+alert's table row when its marker is clicked, and marks `<html data-ready="1">` when every figure
+is drawn, which is how the browser test knows it loaded.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import json
+from collections.abc import Sequence
 from html import escape
+from typing import Any
 
 from gradwatch.alerts import Alert
 from gradwatch.plots.figure import PanelData
+from gradwatch.plots.interactive import CONFIG, figure
 from gradwatch.plots.series import RunSeries
-from gradwatch.plots.svg import panel_svg
 from gradwatch.plots.trend import TrendRow
 
 _CSS = """
@@ -24,10 +30,7 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:
   padding:0 16px;color:#222;background:#fff}
 h1{font-size:20px;margin:0 0 12px} h2{font-size:16px;margin:28px 0 6px;word-break:break-all}
 .facts{color:#444;margin:0 0 8px} .facts b{color:#222;font-weight:600} .error{color:#b00}
-svg.panel{width:100%;height:auto;display:block;margin:4px 0 10px}
-svg .frame{fill:none;stroke:#bbb} svg .grid{stroke:#eee} svg .tick{font-size:11px;fill:#666}
-svg .title{font-size:13px;font-weight:600;fill:#222} svg .legend,svg .readout{font-size:12px;fill:#444}
-svg .series{stroke-width:1.2;stroke-linejoin:round} svg .cursor{stroke:#999} svg .overflows{stroke-width:1.5}
+.figure{width:100%;margin:4px 0 10px} .help{color:#666;font-size:12px;margin:0}
 table{border-collapse:collapse;width:100%;font-size:13px;margin:8px 0 16px}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eee;vertical-align:top}
 th{color:#666;font-weight:500} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -37,47 +40,52 @@ tr:target{background:#fff4cc} tr.grows{background:#fdecea}
 """
 
 _SCRIPT = """
-for (const svg of document.querySelectorAll("svg.panel")) {
-  const d = svg.dataset, x0 = +d.x0, x1 = +d.x1, left = +d.left, right = +d.right;
-  const cursor = svg.querySelector(".cursor"), readout = svg.querySelector(".readout");
-  svg.addEventListener("mousemove", (e) => {
-    const box = svg.getBoundingClientRect();
-    const vx = (e.clientX - box.left) / box.width * svg.viewBox.baseVal.width;
-    const inside = vx >= left && vx <= right;
-    cursor.setAttribute("visibility", inside ? "visible" : "hidden");
-    readout.textContent = inside
-      ? d.xlabel + " " + Math.round(x0 + (vx - left) / (right - left) * (x1 - x0)).toLocaleString("en-US")
-      : "";
-    cursor.setAttribute("x1", vx);
-    cursor.setAttribute("x2", vx);
-  });
-  svg.addEventListener("mouseleave", () => {
-    cursor.setAttribute("visibility", "hidden");
-    readout.textContent = "";
-  });
+const drawn = [];
+for (const div of document.querySelectorAll("div.figure")) {
+  const fig = JSON.parse(document.getElementById(div.id + "-data").textContent);
+  drawn.push(Plotly.newPlot(div, fig.data, fig.layout, fig.config).then(() => {
+    div.on("plotly_clickannotation", (e) => { if (e.annotation.name) location.hash = e.annotation.name; });
+  }));
 }
-document.documentElement.dataset.ready = "1";
+Promise.all(drawn).then(() => { document.documentElement.dataset.ready = "1"; });
 """
+
+_HELP = (
+    '<p class="help">Hover for every panel\'s values at a step; drag across a panel to zoom to those steps '
+    "(double-click: all steps). Numbered markers are the alerts below; red bands: NaN or infinite values; "
+    "&times;: fp16 overflows.</p>"
+)
 
 
 def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
 
 
-_CSP = f"default-src 'none'; style-src '{_sha256(_CSS)}'; script-src '{_sha256(_SCRIPT)}'"
+@functools.cache
+def _plotly_js() -> tuple[str, str]:
+    """plotly.js and the Content-Security-Policy that lets it and the page's script run."""
+    from plotly.offline import get_plotlyjs
+
+    js = get_plotlyjs()
+    csp = (
+        f"default-src 'none'; script-src '{_sha256(js)}' '{_sha256(_SCRIPT)}'; style-src 'unsafe-inline'; img-src data:"
+    )
+    return js, csp
 
 
 def _page(title: str, body: list[str]) -> str:
+    js, csp = _plotly_js()
     return "\n".join(
         [
             "<!DOCTYPE html>",
             '<html lang="en">',
             "<head>",
             '<meta charset="utf-8">',
-            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
+            f'<meta http-equiv="Content-Security-Policy" content="{csp}">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{escape(title)}</title>",
             f"<style>{_CSS}</style>",
+            f"<script>{js}</script>",
             "</head>",
             "<body>",
             *body,
@@ -87,6 +95,16 @@ def _page(title: str, body: list[str]) -> str:
             "",
         ]
     )
+
+
+def _figure(div_id: str, panels: list[PanelData]) -> list[str]:
+    """A plotly figure: its div and its JSON (with `<` escaped, so no text can close the script)."""
+    fig: dict[str, Any] = {**figure(panels), "config": CONFIG}
+    data = json.dumps(fig, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    return [
+        f'<div class="figure" id="{div_id}"></div>',
+        f'<script type="application/json" id="{div_id}-data">{data}</script>',
+    ]
 
 
 def _facts(run: RunSeries) -> list[str]:
@@ -122,15 +140,24 @@ def _alert_table(alerts: list[Alert], first: int) -> list[str]:
     return out
 
 
-def report_page(runs: list[tuple[RunSeries, list[PanelData]]]) -> str:
-    """One section per log; alert numbers run across the page, as `figure.report_panels` numbered them."""
+def report_page(runs: list[tuple[RunSeries, list[PanelData]]], unread: Sequence[str] = ()) -> str:
+    """One section per log; alert numbers run across the page, as `figure.report_panels` numbered them.
+
+    `unread` are the messages of the logs that could not be drawn, listed at the top.
+    """
     body = ["<h1>gradwatch report</h1>"]
+    if unread:
+        body.append('<p class="error">not drawn:</p><ul class="unread">')
+        body += [f'<li class="error">{escape(message)}</li>' for message in unread]
+        body.append("</ul>")
+    body.append(_HELP)
     first = 1
-    for run, panels in runs:
+    for index, (run, panels) in enumerate(runs, 1):
         body.append(f'<section class="run" data-path="{escape(run.summary.path)}">')
         body.append(f"<h2>{escape(run.summary.path)}</h2>")
         body += _facts(run)
-        body += [panel_svg(p) for p in panels]
+        if panels:
+            body += _figure(f"figure-{index}", panels)
         body += _alert_table(run.alerts, first)
         body.append("</section>")
         first += len(run.alerts)
@@ -156,7 +183,7 @@ def compare_page(
             f'<td class="num">{len(run.alerts)}</td></tr>'
         )
     body.append("</tbody></table>")
-    body += [panel_svg(p) for p in panels]
+    body += [_HELP, *_figure("figure-1", panels)]
     body.append(
         f'<table class="trends"><thead><tr><th>run</th><th>metric</th><th class="num">last</th>'
         f'<th class="num">growth, last {window:,} steps</th><th class="num">slope of ln, per 1k steps</th>'

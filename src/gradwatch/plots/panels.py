@@ -49,6 +49,9 @@ PANELS: tuple[Panel, ...] = (
 #: Units shown next to a metric's name where the name alone does not say it.
 UNITS = {"tps": "tokens/s", "tflops": "TFLOP/s per GPU", "step_time_s": "s per step", "mfu": "%"}
 
+#: Metrics that hold their value until the trainer changes it: drawn as steps, never as ramps.
+STEPS = frozenset({"loss_scale"})
+
 _SCALES = {"grad_norm": Scale.LOG10, "loss_scale": Scale.LOG2, "ppl": Scale.LOG10}
 #: Metrics whose trouble is a fall (loss-scale collapse, throughput drop), not a rise.
 FALL_IS_TROUBLE = frozenset({"loss_scale", "tps", "tflops", "mfu"})
