@@ -101,13 +101,17 @@ class BuiltInConfig(DetectorConfig):
 class Detector(ABC):
     """One kind of trouble. Subclasses set `id`, `description`, `Config`, and implement `update`.
 
-    State lives in plain attributes (numbers, numpy arrays, small objects): `gradwatch scan`
-    pickles detectors between runs, so no open files, locks or lambdas.
+    State lives in plain attributes (numbers, strings, lists, numpy arrays, small objects of
+    gradwatch's own): `gradwatch scan` saves them as data between runs (`gradwatch.state`), so no
+    open files, locks or lambdas. A detector whose state needs more defines `state_dict()` and
+    `load_state_dict()`; bump `STATE_VERSION` when what it saves changes meaning.
     """
 
     id: ClassVar[str]
     description: ClassVar[str]
     Config: ClassVar[type[DetectorConfig]] = DetectorConfig
+    #: the version of what `gradwatch scan` saves of it: a saved state of another is not resumed
+    STATE_VERSION: ClassVar[int] = 1
 
     def __init__(self, config: Any = None, path: str = "") -> None:
         self.config = config if config is not None else self.Config()
