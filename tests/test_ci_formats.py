@@ -139,11 +139,11 @@ def test_junit_escapes_log_text_and_reports_unreadable_files_as_errors() -> None
     good, cut = root.findall("testsuite")
     assert good.get("name") == "logs/run, 50%: <x>.log"
     (failure,) = good.iter("failure")
-    assert failure.get("message") == HOSTILE.replace("\r", "").replace("\x1b", "").replace("\x00", "")
+    assert failure.get("message") == HOSTILE.replace("\r", "").replace("\x1b[31m", "").replace("\x00", "")
     assert [c.get("name") for c in good.findall("testcase")] == ["stall", "nonfinite at step 7"]
     assert "finite again" in (good.findtext("system-out") or "")
     (error,) = cut.iter("error")
-    assert error.get("message") == "cut.log: no known format[2J (tried megatron)"
+    assert error.get("message") == "cut.log: no known format (tried megatron)"
     assert (cut.get("tests"), cut.get("errors"), root.get("errors"), root.get("failures")) == ("1", "1", "1", "1")
 
 
@@ -181,9 +181,9 @@ def test_github_escapes_percent_cr_lf_in_messages_and_also_colon_comma_in_proper
     assert first == (
         "::error file=logs/run%2C 50%25%3A <x>.log,line=3,title=nonfinite::"
         'step 7: rate 50%25 done, loss: 2.1%0D%0Anext <b>&amp;</b> "q" ]]> [x](http://e.x) *em* `c` $m$ | @team '
-        "[31mend%0Ahint: hint: a|b"
+        "end%0Ahint: hint: a|b"
     )
-    assert unreadable == "::error file=cut.log,title=unreadable::cut.log: no known format[2J (tried megatron)"
+    assert unreadable == "::error file=cut.log,title=unreadable::cut.log: no known format (tried megatron)"
     assert all(COMMAND.match(line) for line in (first, unreadable))
     assert summary == "gradwatch: 2 files checked: 1 critical, 0 warning, 1 info (exit 2)"
     assert github.escape_property("a:b,c%d\ne") == "a%3Ab%2Cc%25d%0Ae"
@@ -251,7 +251,7 @@ def test_markdown_shows_hostile_log_text_as_text() -> None:
     assert what.startswith(
         "rate 50% done, loss: 2.1 next &lt;b&gt;&amp;amp;&lt;/b&gt; &quot;q&quot; ]]&gt; [x](http://e.x)"
     )
-    assert what.endswith("*em* `c` $m$ | @team [31mend<br><em>hint:</em> hint: a|b")
+    assert what.endswith("*em* `c` $m$ | @team end<br><em>hint:</em> hint: a|b")
 
 
 def test_markdown_lists_at_most_max_rows_alerts_per_file() -> None:

@@ -11,7 +11,8 @@ Info alerts are left out (they say a problem is over). The last line is a plain 
 Escaping is the Actions toolkit's (`actions/toolkit`, packages/core/src/command.ts): in the
 message `%`, CR and LF become %25, %0D and %0A; property values also escape `:` and `,` as %3A
 and %2C. Other control characters are removed. So a log line can neither end a command early,
-nor add a property, nor start a command of its own on a new line.
+nor add a property, nor start a command of its own on a new line. Both are `safe_text` targets:
+escape sequences and bidi marks go as everywhere else.
 """
 
 from __future__ import annotations
@@ -51,10 +52,9 @@ def _command(name: str, props: dict[str, str | None], message: str) -> str:
 
 def escape_data(text: str) -> str:
     """A command's message: %, CR and LF percent-encoded, other control characters removed."""
-    encoded = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return safe_text(encoded)
+    return safe_text(text, "github-data")
 
 
 def escape_property(text: str) -> str:
     """A property value: the message's escapes, and `:` and `,` that would end the value."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+    return safe_text(text, "github-property")

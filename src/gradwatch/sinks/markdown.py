@@ -5,14 +5,12 @@ severity), then per file with alerts a table of them (severity, step, detector, 
 where). At most `MAX_ROWS` alerts are listed per file: GitHub takes 1 MiB of summary per step.
 
 Log text (paths, messages) is untrusted: in a table cell it could close the cell (`|`), inject
-HTML or links, mention someone, or start emphasis, code or math. Every character Markdown gives a meaning to in
-inline text is backslash-escaped, line breaks become spaces and control characters are removed, so
-what shows is the text itself.
+HTML or links, mention someone, or start emphasis, code or math. `safe_text(..., "markdown")` backslash-escapes every
+character Markdown gives a meaning to in inline text, breaks URLs that would autolink, turns line
+breaks into spaces and removes control characters and bidi marks, so what shows is the text itself.
 """
 
 from __future__ import annotations
-
-import re
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.pipeline import FileSummary
@@ -23,7 +21,6 @@ __all__ = ["MAX_ROWS", "cell", "render"]
 
 #: Alerts listed per file; the rest are counted in a line below the table.
 MAX_ROWS = 50
-_SPECIAL = re.compile(r"([\\`*_\[\]<>!&|~$#@])")
 
 
 def render(report: Report) -> str:
@@ -66,5 +63,4 @@ def _alert_table(alerts: list[Alert]) -> list[str]:
 
 def cell(text: str) -> str:
     """Text shown as itself inside a table cell or a heading."""
-    flat = safe_text(text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")).strip()
-    return _SPECIAL.sub(r"\\\1", flat)
+    return safe_text(text, "markdown")

@@ -4,10 +4,12 @@ The contract: CMD is split with shlex by the caller and run directly, never thro
 content reaches it, so no quoting can go wrong); it runs when an incident opens, escalates and
 ends (`gradwatch.incidents.Note`), with one JSON object on stdin: the fields of the alert that
 opened or escalated it (its lead alert when it ends) as `check --output json` gives them, plus
-`event` and `headline`; the same facts are in `GRADWATCH_*` environment variables for one-line
-commands; the command has `timeout` seconds, after which it and everything it started
-(its own session) are killed. Its stdout is discarded; the last line of its stderr explains a
-failure. A failure is returned, never raised: a broken pager must not stop the watching.
+`event` and `headline` (JSON escapes every control character); the same facts are in
+`GRADWATCH_*` environment variables for one-line commands, made inert like everything gradwatch
+shows (`safe_text`: a command that echoes GRADWATCH_MESSAGE cannot drive the terminal); the command
+has `timeout` seconds, after which it and everything it started (its own session) are killed.
+Its stdout is discarded; the last line of its stderr, escaped the same way, explains a failure.
+A failure is returned, never raised: a broken pager must not stop the watching.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import signal
 import subprocess
 
 from gradwatch.incidents import Note
+from gradwatch.sinks.safe import safe_text
 
 __all__ = ["note_env", "run_command"]
 
@@ -41,9 +44,12 @@ ENV_FIELDS = (
 
 def note_env(note: Note) -> dict[str, str]:
     """GRADWATCH_EVENT, _INCIDENT, _HEADLINE, _DETECTOR, _SEVERITY, _STEP, _LINE, _PATH, _METRIC,
-    _VALUE, _MESSAGE, _HINT, _SNAPSHOT. A field without a value is an empty string."""
+    _VALUE, _MESSAGE, _HINT, _SNAPSHOT, each one line of inert text. A field without a value is an
+    empty string."""
     fields = note.to_json()
-    return {f"GRADWATCH_{n.upper()}": "" if fields[n] is None else str(fields[n]).replace("\0", "") for n in ENV_FIELDS}
+    return {
+        f"GRADWATCH_{n.upper()}": "" if fields[n] is None else safe_text(str(fields[n]), "line") for n in ENV_FIELDS
+    }
 
 
 def run_command(argv: list[str], note: Note, timeout: float) -> str | None:
@@ -70,7 +76,7 @@ def run_command(argv: list[str], note: Note, timeout: float) -> str | None:
         proc.communicate()
         return f"{name} did not finish within {timeout:g} s and was killed"
     if proc.returncode != 0:
-        lines = err.decode("utf-8", errors="replace").strip().splitlines()
-        why = f": {lines[-1][:200]}" if lines else ""
+        lines = safe_text(err.decode("utf-8", errors="replace")).strip().splitlines()
+        why = f": {lines[-1].strip()[:200]}" if lines else ""
         return f"{name} exited with status {proc.returncode}{why}"
     return None
