@@ -3,14 +3,18 @@
 Every detector's section is checked against its `Config` dataclass: an unknown key or a value of
 the wrong type is a `ConfigError` naming the file and the dotted key path. Plugin detectors are no
 exception: installed plugins and the files under `plugins:` are loaded before the merge, so their
-sections are checked the same way. YAML is only ever read with `yaml.safe_load`.
+sections are checked the same way. YAML is only ever read with `yaml.safe_load`'s loader, bounded
+(file size, values once aliases are expanded, nesting depth).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import stat
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,7 +23,7 @@ from typing import Any, TypeVar
 import yaml
 
 from gradwatch.detectors import DETECTORS, DetectorConfig
-from gradwatch.errors import ConfigError
+from gradwatch.errors import ConfigError, UsageError
 from gradwatch.parsers.generic_names import Names
 from gradwatch.plugins import loader
 
@@ -107,30 +111,44 @@ def load(path: str | Path | None = None) -> Settings:
     if path is not None:
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            text = _bounded_text(p)
         except OSError as e:
             raise ConfigError(f"cannot read config {p}: {e.strerror or e}") from None
         except UnicodeDecodeError:
             raise ConfigError(f"{p}: not a text file (expected YAML)") from None
         user = _parse(text, str(p))
-        if user is None:
-            user = {}
-        if not isinstance(user, dict):
-            raise ConfigError(f"{p}: the top level must be a mapping of sections, got {_kind(user)}")
-        plugins = _plugin_files(user.get("plugins"), p)
-        loader.load_files(plugins)
-        raw = _merge(_with_plugin_sections(raw), user, str(p), "")
-        raw["plugins"] = [str(f) for f in plugins]
+        raw = _overlay(raw, user, str(p), p.parent)
     return _build(raw, str(path) if path else DEFAULT_NAME)
 
 
-def _plugin_files(value: Any, config: Path) -> list[Path]:
+def load_table(table: Any, where: str, folder: Path) -> Settings:
+    """Defaults, overridden by a mapping read from another file (`[tool.gradwatch]` of a
+    pyproject.toml): `where` names it in errors, `plugins:` paths are relative to `folder`."""
+    raw = _parse(default_text(), DEFAULT_NAME)
+    loader.load_installed()
+    return _build(_overlay(raw, table, where, folder), where)
+
+
+def _overlay(raw: dict[str, Any], user: Any, where: str, folder: Path) -> dict[str, Any]:
+    """`raw` with a user's sections merged over it, key by key, after loading their plugins."""
+    if user is None:
+        user = {}
+    if not isinstance(user, dict):
+        raise ConfigError(f"{where}: the top level must be a mapping of sections, got {_kind(user)}")
+    plugins = _plugin_files(user.get("plugins"), where, folder)
+    loader.load_files(plugins)
+    raw = _merge(_with_plugin_sections(raw), user, where, "")
+    raw["plugins"] = [str(f) for f in plugins]
+    return raw
+
+
+def _plugin_files(value: Any, where: str, folder: Path) -> list[Path]:
     """`plugins:`: Python files, relative to the config file's folder, as absolute paths."""
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{config}: plugins must be a list of Python file paths, got {_kind(value)}")
-    return [(config.parent / Path(v).expanduser()).resolve() for v in value]
+        raise ConfigError(f"{where}: plugins must be a list of Python file paths, got {_kind(value)}")
+    return [(folder / Path(v).expanduser()).resolve() for v in value]
 
 
 def _with_plugin_sections(raw: dict[str, Any]) -> dict[str, Any]:
@@ -141,9 +159,85 @@ def _with_plugin_sections(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "detectors": sections}
 
 
+#: The largest config file read (real ones are a few KB): a bigger one, or `--config /dev/zero`,
+#: is refused before it fills the memory.
+MAX_CONFIG_BYTES = 1 << 20
+#: Values a config may expand to, aliases expanded (an alias bomb of 400 bytes makes billions),
+#: and how deep its mappings and lists may nest.
+MAX_CONFIG_VALUES = 100_000
+MAX_CONFIG_DEPTH = 64
+_TOO_DEEP = f"mappings and lists nested more than {MAX_CONFIG_DEPTH} deep"
+
+
+def _bounded_text(path: Path) -> str:
+    """The text of the config file at `path`: a regular file of at most `MAX_CONFIG_BYTES`.
+
+    Raises:
+        ConfigError: a device, a pipe or a directory; a bigger file.
+        OSError, UnicodeDecodeError: as reading it raises them.
+    """
+    # (without blocking: a pipe's open would wait for a writer)
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ConfigError(f"{path}: not a regular file (expected a YAML file)")
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MB; a config is a few KB of YAML")
+    return data.decode("utf-8")
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """`yaml.safe_load`'s loader, refusing a document that expands into more than
+    `MAX_CONFIG_VALUES` values or nests deeper than `MAX_CONFIG_DEPTH`, before it is built:
+    anchors and aliases stay usable, an alias bomb or a value that holds itself does not."""
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Raise a YAML error where the document under `root` is too large or too deep once its
+    aliases are expanded: sizes and heights per node, memoised, in one walk without recursion."""
+    sizes: dict[int, tuple[int, int]] = {}  # per node: values under it, levels under it
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            on_path.discard(key)
+            size = 1 + sum(sizes[id(c)][0] for c in children)
+            height = 1 + max((sizes[id(c)][1] for c in children), default=0)
+            if size > MAX_CONFIG_VALUES:
+                raise yaml.YAMLError(f"more than {MAX_CONFIG_VALUES:,} values once its aliases are expanded")
+            if height > MAX_CONFIG_DEPTH:
+                raise yaml.YAMLError(_TOO_DEEP)
+            sizes[key] = size, height
+        elif key in on_path:
+            raise yaml.YAMLError("a value that contains itself (an alias of a mapping or list inside it)")
+        elif key not in sizes:
+            on_path.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
 def _parse(text: str, where: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - yaml.safe_load's loader, bounded
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid YAML: {_TOO_DEEP}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -269,6 +363,35 @@ def _coerce(value: Any, hint: Any, dotted: str, where: str) -> Any:
     else:
         return value
     raise ConfigError(f"{where}: {dotted} must be {_kind(hint())}, got {_kind(value)} {value!r}")
+
+
+def choose_detectors(settings: Settings, select: Collection[str] = (), ignore: Collection[str] = ()) -> Settings:
+    """`settings` with only the `select`ed detectors enabled (or every one, when none is named),
+    less the `ignore`d ones (`--select`, `--ignore`). Each choice sets `detectors.<id>.enabled`
+    as a config file would, so a scan state made under other choices is read again.
+
+    Raises:
+        UsageError: a name that is no detector's id (the message lists them), or none left to run.
+    """
+    if not select and not ignore:
+        return settings
+    for flag, names in (("--select", select), ("--ignore", ignore)):
+        unknown = [n for n in names if n not in DETECTORS]
+        if unknown:
+            raise UsageError(
+                f"{flag}: unknown detector {', '.join(map(repr, unknown))}; known detectors: "
+                f"{', '.join(DETECTORS)} (see `gradwatch detectors`)"
+            )
+    detectors = dict(settings.detectors)
+    sections = dict(settings.raw.get("detectors") or {})
+    for det_id, det_config in settings.detectors.items():
+        enabled = (det_config.enabled if not select else det_id in select) and det_id not in ignore
+        if enabled != det_config.enabled:
+            detectors[det_id] = dataclasses.replace(det_config, enabled=enabled)
+            sections[det_id] = {**(sections.get(det_id) or {}), "enabled": enabled}
+    if not any(c.enabled for c in detectors.values()):
+        raise UsageError("--select and --ignore leave no detector to run")
+    return dataclasses.replace(settings, detectors=detectors, raw={**settings.raw, "detectors": sections})
 
 
 def effective_yaml(settings: Settings) -> str:

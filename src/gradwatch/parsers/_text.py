@@ -41,6 +41,29 @@ def number(text: str) -> float:
     return float(t)
 
 
+#: The longest run of digits a line read may hold: no trainer prints a number that long (a step
+#: beyond int64 has 19 digits), and `int()` refuses more (Python's limit, `sys.int_info`).
+MAX_DIGITS = 4300
+_HALF_RUN = MAX_DIGITS // 2 + 1
+_LONG_RUN = re.compile(rf"(?<!\d)\d{{{MAX_DIGITS + 1}}}")
+
+
+def holds_long_number(text: str) -> bool:
+    """Whether `text` holds more than `MAX_DIGITS` digits in a row (any script's, as `\\d` and
+    `int()` read them).
+
+    Cheap for the lines of a log: such a run fills one of the stretches of `_HALF_RUN`
+    characters the text is cut into, and `str.isdecimal` stops at a stretch's first non-digit;
+    only a text where one stretch is all digits is searched (the look-behind keeps that search
+    linear in a long run of digits)."""
+    if len(text) <= MAX_DIGITS:
+        return False
+    stretches = range(0, len(text) - _HALF_RUN + 1, _HALF_RUN)
+    if not any(text[at : at + _HALF_RUN].isdecimal() for at in stretches):
+        return False
+    return _LONG_RUN.search(text) is not None
+
+
 def is_nonfinite(value: float) -> bool:
     return not math.isfinite(value)
 

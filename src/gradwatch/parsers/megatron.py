@@ -389,6 +389,10 @@ class _Template:
     layout: Layout | None
 
 
+#: The most fields a record line of a template may have: real ones have 10 to 30.
+_MAX_TEMPLATE_FIELDS = 200
+
+
 def _compile_template(text: str, iteration: re.Match[str]) -> _Template | None:
     """The template of the record `text` whose `iteration N/M` is `iteration`."""
     line_pieces: list[str] = []
@@ -396,6 +400,8 @@ def _compile_template(text: str, iteration: re.Match[str]) -> _Template | None:
     specs: list[tuple[str, float]] = []
     wanted: list[int] = []  # the fields after the first pipe that are read
     parts = text[iteration.end() :].split("|")
+    if len(parts) > _MAX_TEMPLATE_FIELDS:
+        return None  # no trainer's (the regex of thousands of fields would take seconds to compile)
     for index, part in enumerate(parts):
         i, sep = part.rfind(":"), ":"
         if i < 0:

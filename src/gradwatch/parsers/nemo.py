@@ -32,7 +32,9 @@ from gradwatch.parsers.base import ParseOutput, Parser
 
 _NEMO2 = re.compile(r"Training epoch \d+, iteration \d+/\d+\s*\|(.*)")
 _BAR = re.compile(r"\bEpoch \d+:")
-_PAIR = re.compile(r"([\w/ -]+?)=([^,\s\]]*)")
+#: `key=value`; or else a run of key characters without `=`, passed over at once: a search for
+#: a key from each of its characters would take hours over a megabyte of letters
+_PAIR = re.compile(r"([\w/ -]+)=([^,\s\]]*)|[\w/ -]+")
 _NEMO_TS = re.compile(r"\[NeMo [A-Z] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 _SCHEDULED = re.compile(r"Scheduled async checkpoint save for (\S+)")
 _FINALIZED = re.compile(r"Async checkpoint save for step (\d{1,18}) finalized")
@@ -88,7 +90,7 @@ class NemoParser(Parser):
             if m is None:
                 return False
             postfix = text[text.rfind("[") + 1 :]  # `elapsed<remaining, rate, k=v, k=v]`
-            pairs = _PAIR.findall(postfix)
+            pairs = [pair for pair in _PAIR.findall(postfix) if pair[0]]
             if "]" not in postfix:  # a cut line: its last value may be cut too
                 pairs = pairs[:-1]
             self._record(pairs, line, ts, out, bar=True)

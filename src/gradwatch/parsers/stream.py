@@ -25,7 +25,7 @@ import numpy as np
 from gradwatch.events import Event, EventKind, SkipCounts
 from gradwatch.parsers._arrow import arrow, numpy_of
 from gradwatch.parsers._bytes import line_starts
-from gradwatch.parsers._text import PREFIXES, clean, timestamp
+from gradwatch.parsers._text import MAX_DIGITS, PREFIXES, clean, holds_long_number, timestamp
 from gradwatch.parsers.base import AuxLines, Block, Hits, Matches, ParseOutput, Parser
 from gradwatch.parsers.keywords import Keywords, line_array
 from gradwatch.records import RecordBuilder
@@ -76,11 +76,6 @@ class Batch(BatchFacts):
 
 class LogStream:
     """Parses one file incrementally with a fixed set of parsers."""
-
-    #: see __init__ (class defaults, so that streams pickled in older scan states have them)
-    _aux_readers: list[tuple[Parser, Keywords | None]] = []
-    _stand_ins: frozenset[str] | None = None
-    _fallbacks: frozenset[str] = frozenset()
 
     def __init__(self, parsers: list[Parser], path: str = "", stand_ins: frozenset[str] | None = None) -> None:
         """`stand_ins`: the auxiliary parsers whose records are the file's where no main parser
@@ -649,6 +644,10 @@ class LogStream:
             self._parse_piece(raw, lineno)
 
     def _parse_piece(self, raw: str, lineno: int) -> None:
+        if len(raw) > MAX_DIGITS and holds_long_number(raw):  # (no parser may meet such a number)
+            text = f"more than {MAX_DIGITS} digits in a row: line not read"
+            self.out.event(EventKind.PARSE_WARNING, lineno, text=text)
+            return
         text = clean(raw)
         out = self.out
         ts = timestamp(text)

@@ -9,46 +9,49 @@ from __future__ import annotations
 import glob
 import gzip
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from gradwatch.errors import InputError
+from gradwatch.sources.exclude import Excludes
+from gradwatch.sources.walk import glob_paths, walk_files
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".jsonl")
 CHUNK_BYTES = 4 << 20
 
 
-def expand_paths(args: list[str]) -> list[Path]:
-    """Files to read, in the order given; directories and unexpanded globs are expanded.
+def expand_paths(args: list[str], exclude: Excludes | None = None) -> list[Path]:
+    """Files to read, in the order given; directories and unexpanded globs are expanded; the
+    files `exclude` matches are left out (`--exclude`).
 
     A path that does not exist is kept: reading it reports the error for that file alone.
     """
     out: list[Path] = []
     for arg in args:
         p = Path(arg)
-        if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.removesuffix(".gz").endswith(LOG_SUFFIXES))
-            out.extend(found)
+        if p.is_dir():  # (each real directory once, regular files only: `sources.walk`)
+            out.extend(f for f in walk_files(p) if f.name.removesuffix(".gz").endswith(LOG_SUFFIXES))
         elif not p.exists() and glob.has_magic(arg):
-            out.extend(Path(m) for m in sorted(glob.glob(arg, recursive=True)))
+            out.extend(Path(m) for m in glob_paths(arg))
         else:
             out.append(p)
-    return out
+    return [f for f in out if exclude is None or not exclude.matches(f)]
 
 
 def read_chunks(path: Path, size: int = CHUNK_BYTES, first: int | None = None, start: int = 0) -> Iterator[bytes]:
     """The file's bytes from `start` on, in chunks of about `size` (the first of about `first`,
     when given); gzip is decompressed on the fly (`start` counts decompressed bytes)."""
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below, also on error
+        # (without blocking: a named pipe's open would wait for a writer, see `_regular`)
+        fh = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory with no log files") from None
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
     with fh:
+        _regular(path, fh.fileno())
         try:
             if fh.read(2) == b"\x1f\x8b":
                 fh.seek(0)
@@ -60,6 +63,27 @@ def read_chunks(path: Path, size: int = CHUNK_BYTES, first: int | None = None, s
                 yield from _chunks(fh, size, path, first or size)
         except OSError as e:
             raise InputError(f"{path}: read failed: {e.strerror or e}") from None
+
+
+#: What a path named may be besides a regular file, as a message says it.
+_NOT_FILES = {
+    stat.S_IFDIR: "is a directory with no log files",
+    stat.S_IFIFO: "is a named pipe, not a file: pipe a live log into `gradwatch tail -` or `check -`",
+    stat.S_IFCHR: "is a device, not a file",
+    stat.S_IFBLK: "is a device, not a file",
+    stat.S_IFSOCK: "is a socket, not a file",
+}
+
+
+def _regular(path: Path, fd: int) -> None:
+    """Refuse what is not a regular file (a pipe may never end or block, `/dev/zero` never ends).
+
+    Raises:
+        InputError: the message says what it is.
+    """
+    kind = stat.S_IFMT(os.fstat(fd).st_mode)
+    if kind != stat.S_IFREG:
+        raise InputError(f"{path}: {_NOT_FILES.get(kind, 'not a regular file')}")
 
 
 def _chunks(stream: object, size: int, path: Path, first: int) -> Iterator[bytes]:

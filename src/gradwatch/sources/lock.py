@@ -10,6 +10,7 @@ serialized too.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -33,8 +34,11 @@ def state_lock(state: Path, wait_s: float) -> Iterator[None]:
 
     Raises:
         StateLockedError: another process still held it after `wait_s` seconds.
-        UsageError: the lock file cannot be created (directory missing or not writable).
+        UsageError: `wait_s` is no number of seconds; the lock file cannot be created
+            (directory missing or not writable).
     """
+    if not 0 <= wait_s < math.inf:  # (NaN too: a deadline of NaN is never reached)
+        raise UsageError(f"--lock-wait must be a number of seconds, got {wait_s!r}")
     path = _lock_path(state)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
