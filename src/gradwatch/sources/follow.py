@@ -4,16 +4,22 @@ A `FileFollower` owns one path. Each `poll()` hands on the raw bytes appended si
 in whole chunks (history is read the same way, only more of it): partial last lines are the
 parser's business (`LogStream` holds them). Before reading, it checks what the path names now:
 
-* another file (rotation by rename): the old file is read to its end, then the new one from 0;
-* nothing, and the old file still has a name somewhere (renamed away): as above, once a new
-  file appears; nothing and no name left (deleted): the same, reported as missing;
-* the same file, but shorter than our offset or with different first bytes (copytruncate, or
-  rewritten in place): read again from 0.
+* another file, or nothing (rotation by rename, or deletion): the old file is read on by its
+  descriptor, since a writer may still append to it (`tee -a`, a logger that reopens late),
+  until it has been quiet for the rotate wait once the new file holds bytes (or at once when it
+  was deleted); the new file is read from 0 meanwhile (like Fluent Bit's and Vector's rotate wait);
+* the same file, but with different first bytes (copytruncate, rewritten): the rest of what we
+  had not read yet is taken from the copy beside it (`log.1`: same first bytes, and the checksum
+  of what we read matches), then the file is read again from 0;
+* the same file with its first bytes intact but shorter than our offset, or with other bytes just
+  before it (cut short, even if it grew back past our offset between two looks): read on from
+  the line where it stops matching what was read, so no line is handed on twice. That line is
+  exact within the last ~500 lines read; further back, the last read that still matches is used.
 
 When a file ends without a newline, a newline is handed on before the next file's first byte, so
-two files never merge into one line. Limits, as in every tailer: lines written to a file between
-our last look and its truncation are lost (copytruncate copies them elsewhere), and a file that is
-rotated away twice between two looks is missed in between.
+two files never merge into one line. Limits, as in every tailer: what a writer appends to a
+copytruncated file between logrotate's copy and its truncate is lost (logrotate itself drops
+it), a compressed copy is not read, and a file rotated away twice between two looks is missed.
 
 A `Follower` owns all the paths of a command line: plain paths (waited for when missing) and globs
 and directories (searched again on `poll(rescan=True)`, so new per-rank files are picked up; a
@@ -27,20 +33,38 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import stat
+import time
+import zlib
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 from gradwatch.sources.archive import CHUNK_BYTES, LOG_SUFFIXES
+from gradwatch.sources.exclude import Excludes
 from gradwatch.sources.fingerprint import Fingerprint
+from gradwatch.sources.walk import glob_paths
 
-__all__ = ["FileFollower", "FollowEvents", "Follower", "OnData", "watch_dir"]
+__all__ = ["DEFAULT_ROTATE_WAIT_S", "FileFollower", "FollowEvents", "Follower", "OnData", "watch_dir"]
 
 #: Receives (path, bytes) in file order.
 OnData = Callable[[str, bytes], None]
 #: Files finished by rotation, remembered so that a glob matching their new name skips them.
 _RETIRED_KEPT = 256
+#: How long a rotated file is read on after it last grew (the issue's and Vector's order of magnitude).
+DEFAULT_ROTATE_WAIT_S = 30.0
+#: The last bytes read from a file, kept as they were to find where a file cut short stops matching.
+_KEPT_BYTES = 32 << 10
+#: Offsets read up to (line ends while following), with the crc up to each, kept per file
+#: (thinned out as they age: the last 500 lines or so are exact; about 75 KB a file).
+_MARKS_KEPT = 1024
+_NEWLINE = re.compile(b"\n")
+#: Reads up to this size get a mark at every line's end (what is read while following; not history).
+_LINE_MARKS_UP_TO = 1 << 20
+#: Bytes compared just before the offset at every look.
+_SEAM_BYTES = 256
 
 
 class FollowEvents(Protocol):
@@ -50,10 +74,10 @@ class FollowEvents(Protocol):
         """A file is followed from now on (at start, or when it appeared)."""
 
     def file_rotated(self, path: str) -> None:
-        """The file was renamed away: it was read to its end; a new file at `path` is read from 0."""
+        """The file was renamed away: it is read on until quiet; a new file at `path` is read from 0."""
 
-    def file_truncated(self, path: str) -> None:
-        """The file shrank or its first bytes changed: it is read again from its start."""
+    def file_truncated(self, path: str, resumed_at: int) -> None:
+        """The file shrank or was rewritten: it is read again from byte `resumed_at` (0: its start)."""
 
     def file_missing(self, path: str) -> None:
         """Nothing is at `path` (not yet, or deleted): waiting for it."""
@@ -62,49 +86,224 @@ class FollowEvents(Protocol):
         """The path exists but cannot be read; it is tried again later."""
 
 
-class FileFollower:
-    """One path, read by offset. `from_end` skips what the first file found already holds."""
+class _Reader:
+    """One open file: where we are in it, and enough of what was read to find where it still matches.
 
-    def __init__(self, path: str, on_data: OnData, events: FollowEvents, *, from_end: bool = False) -> None:
+    `crc` checksums the bytes [base, offset); `marks` are (offset, crc up to it) at earlier reads,
+    thinned out as they age; `kept` holds the last bytes read, [offset - len(kept), offset), as they
+    were, so that a file cut short is resumed at the exact byte where it stops matching.
+    """
+
+    def __init__(self, fd: int, fp: Fingerprint, offset: int, skip_partial: bool = False) -> None:
+        self.fd: int | None = fd
+        self.fp = fp
+        self.base = self.offset = offset
+        self.crc = 0
+        self.marks: list[tuple[int, int]] = []
+        self.kept = bytearray()
+        self.kept_crc = 0  # the crc up to where `kept` starts
+        self.skip_partial = skip_partial  # started from the end in the middle of a line
+        self.seen_size = offset  # (rotated files) the size at the last look, and since when it is so
+        self.quiet_since = 0.0
+
+    def record(self, data: bytes) -> None:
+        """`data` was read at `offset`: move on, and remember what it was."""
+        if len(data) > _KEPT_BYTES:
+            self._advance(data[:-_KEPT_BYTES])
+            self.kept.clear()
+            self.kept_crc, data = self.crc, data[-_KEPT_BYTES:]
+        self._advance(data)
+        self.kept += data
+        if len(self.kept) > 2 * _KEPT_BYTES:  # keep from a mark on, so that its crc is known
+            start, crc = next((m, c) for m, c in self.marks if m >= self.offset - _KEPT_BYTES)
+            del self.kept[: len(self.kept) - (self.offset - start)]
+            self.kept_crc = crc
+
+    def _advance(self, data: bytes) -> None:
+        """A mark at the end of `data`, and at each line's end in it while following (small reads):
+        a job rolled back a few hundred lines is then resumed at the exact line."""
+        ends = [m.end() for m in _NEWLINE.finditer(data)] if len(data) <= _LINE_MARKS_UP_TO else []
+        start = 0
+        for end in [*ends, len(data)] if not ends or ends[-1] != len(data) else ends:
+            self.crc = zlib.crc32(data[start:end], self.crc)
+            self.marks.append((self.offset + end, self.crc))
+            start = end
+        self.offset += len(data)
+        if len(self.marks) > _MARKS_KEPT:  # every other one of the older half goes
+            half = len(self.marks) // 2
+            self.marks[:half] = self.marks[1:half:2]
+
+    def matching_prefix(self, size: int) -> tuple[int, int]:
+        """How far the file still holds what was read from it (a byte offset), and the crc up to there.
+
+        The checksums at the marks find the last read that still matches; the bytes kept find the
+        start of the first line after it that differs. Reads the file from `base`: only done when
+        the file was cut or rewritten.
+        """
+        fd = self.fd
+        assert fd is not None
+        end = min(size, self.offset)
+        if end <= self.base:  # (cut before where reading began: nothing there was read)
+            return end, 0
+        kept_start = self.offset - len(self.kept)
+        checks = [(m, c) for m, c in self.marks if m < kept_start] + [(kept_start, self.kept_crc)]
+        good, good_crc, pos, crc = self.base, 0, self.base, 0
+        for mark, mark_crc in checks:
+            if mark > end:
+                break
+            crc = _crc_range(fd, pos, mark, crc)
+            pos = mark
+            if crc != mark_crc:
+                break
+            good, good_crc = mark, mark_crc
+        if good == kept_start < end:
+            now = os.pread(fd, end - good, good)
+            same = _common_prefix(now, self.kept[: end - kept_start])
+            if good + same < size:  # new bytes may begin as old ones did ("line 3" after "line 2"): from a line's start
+                same = now.rfind(b"\n", 0, same) + 1
+            good, good_crc = good + same, zlib.crc32(now[:same], good_crc)
+        return good, good_crc
+
+    def seam_matches(self) -> bool:
+        """Whether the bytes just before `offset` are still those read: a file cut short and grown
+        back past our offset between two looks, with its first bytes intact, shows here."""
+        fd = self.fd
+        assert fd is not None
+        n = min(_SEAM_BYTES, len(self.kept))
+        return n == 0 or os.pread(fd, n, self.offset - n) == self.kept[-n:]
+
+    def resume_at(self, offset: int, crc: int) -> None:
+        """Go on from `offset` (where the file still matches what was read), forgetting what follows."""
+        kept_start = self.offset - len(self.kept)
+        if offset < kept_start:
+            self.kept.clear()
+            self.kept_crc = crc
+        else:
+            del self.kept[offset - kept_start :]
+        if offset < self.base:  # cut before where reading began (--from-end): nothing known there
+            self.base, self.kept_crc, crc = offset, 0, 0
+        self.offset, self.crc = offset, crc
+        self.marks = [(m, c) for m, c in self.marks if m <= offset]
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _holds_what_was_read(fd: int, reader: _Reader) -> bool:
+    """Whether `fd` holds what `reader` read from its file: the crc from its base to its offset."""
+    return _crc_range(fd, reader.base, reader.offset, 0) == reader.crc
+
+
+def _crc_range(fd: int, start: int, end: int, crc: int) -> int:
+    while start < end:
+        data = os.pread(fd, min(end - start, CHUNK_BYTES), start)
+        if not data:
+            break
+        crc, start = zlib.crc32(data, crc), start + len(data)
+    return crc
+
+
+def _common_prefix(a: bytes, b: bytes | bytearray) -> int:
+    """The length of the longest common prefix (halving: each comparison runs in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class FileFollower:
+    """One path, read by offset. `from_end` skips what the first file found already holds.
+
+    The file at `path` is the current one; files renamed away or deleted are read on by their
+    descriptors until they have been quiet for `rotate_wait` seconds (once a new file at `path`
+    is being written, or at once when the old one is deleted). While several files are read, each
+    hands on whole lines only, so lines of two files never merge.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        on_data: OnData,
+        events: FollowEvents,
+        *,
+        from_end: bool = False,
+        rotate_wait: float = DEFAULT_ROTATE_WAIT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = path
-        self.offset = 0
         self.retired: list[Fingerprint] = []  # files finished by rotation, collected by the Follower
         self._on_data, self._events = on_data, events
         self._from_end = from_end
-        self._fd: int | None = None
-        self._fp: Fingerprint | None = None
-        self._ends_line = True  # the last byte handed on was a newline (or nothing was)
-        self._skip_partial = False  # started from the end in the middle of a line
+        self._rotate_wait, self._clock = rotate_wait, clock
+        self._current: _Reader | None = None  # the file at `path` (its fd is None after a read error)
+        self._rotated: list[_Reader] = []  # renamed away or deleted, still read
+        self._mid_line: _Reader | None = None  # whose last bytes handed on did not end a line
         self._reported: str | None = None  # the problem last reported, so that it is said once
+        #: (dev, ino) of the files opened and of those beside it that are not ours (there before, copies)
+        self._known: set[tuple[int, int]] | None = None
 
     @property
     def is_open(self) -> bool:
-        return self._fd is not None
+        return self._current is not None and self._current.fd is not None
 
-    def poll(self) -> None:
-        """Notice rotation, truncation and deletion, then hand on whatever is new.
-
-        Identity comes first: bytes past our offset in a rewritten file are not a continuation.
-        """
-        if self._fd is None and not self._open(announce=True):
-            return
-        try:
-            self._check_identity()
-            if self._fd is not None:
-                self._drain()
-        except OSError as e:  # EIO, ESTALE on NFS: keep the offset, try again at the next poll
-            self.close()
-            self._report(f"read failed: {e.strerror or e}")
+    @property
+    def offset(self) -> int:
+        """Where the current file is read from next."""
+        return 0 if self._current is None else self._current.offset
 
     @property
     def fingerprint(self) -> Fingerprint | None:
-        """The file being read, None while there is none."""
-        return self._fp if self._fd is not None else None
+        """The file being read at `path`, None while there is none."""
+        return self._current.fp if self.is_open and self._current is not None else None
+
+    @property
+    def fingerprints(self) -> list[Fingerprint]:
+        """Every file open: the current one and the rotated ones still read."""
+        return [r.fp for r in [*self._rotated, self._current] if r is not None and r.fd is not None]
+
+    def poll(self) -> None:
+        """Notice rotation, truncation and deletion, then hand on whatever is new: the rotated files'
+        lines first (they were written first), then the current file's.
+
+        Identity comes first: bytes past our offset in a rewritten file are not a continuation.
+        """
+        if not self.is_open:
+            self._open(announce=True)
+        else:
+            self._guarded(self._check_identity)
+        now = self._clock()
+        for old in list(self._rotated):
+            try:
+                self._read(old, whole_lines=self._several())
+                self._retire_when_quiet(old, now)
+            except OSError:  # gone for good (a stale NFS handle): what it held was read
+                self._retire(old)
+        if self.is_open:
+            self._guarded(lambda: self._read(self._current, whole_lines=self._several()))
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        for reader in [*self._rotated, self._current]:
+            if reader is not None:
+                reader.close()
+
+    def _several(self) -> bool:
+        """Whether more than one file is read: each then hands on whole lines only."""
+        return len(self._rotated) + self.is_open > 1
+
+    def _guarded(self, step: Callable[[], object]) -> None:
+        """EIO, ESTALE on NFS: keep the offset, try again at the next poll."""
+        try:
+            step()
+        except OSError as e:
+            assert self._current is not None
+            self._current.close()
+            self._report(f"read failed: {e.strerror or e}")
 
     def _open(self, announce: bool) -> bool:
         try:
@@ -121,15 +320,18 @@ class FileFollower:
             os.close(fd)
             self._report("not a regular file")
             return False
-        fp = Fingerprint.of(fd)
-        if self._fp is not None and self._fp.names(st) and self._fp.recheck(fd) is not None:
-            pass  # the same file again after a read error: go on from the offset we had
-        elif self._from_end:
-            self.offset = st.st_size
-            self._skip_partial = st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n"
+        old = self._current
+        if old is not None and old.fp.names(st) and old.fp.recheck(fd) is not None:
+            old.fd = fd  # the same file again after a read error: go on from the offset we had
         else:
-            self.offset = 0
-        self._fd, self._fp, self._from_end, self._reported = fd, fp, False, None
+            if old is not None:
+                self._end_line(old)
+            skip = self._from_end and st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n"
+            self._current = _Reader(fd, Fingerprint.of(fd), st.st_size if self._from_end else 0, skip)
+            if self._known is None:
+                self._known = {(s.st_dev, s.st_ino) for _, s in self._siblings()}
+            self._known.add((st.st_dev, st.st_ino))
+        self._from_end, self._reported = False, None
         if announce:
             self._events.file_added(self.path)
         return True
@@ -145,44 +347,54 @@ class FileFollower:
         else:
             self._events.file_unreadable(self.path, problem)
 
-    def _drain(self) -> None:
-        fd = self._fd
-        assert fd is not None
-        while (size := os.fstat(fd).st_size) > self.offset:
-            data = os.pread(fd, min(size - self.offset, CHUNK_BYTES), self.offset)
+    def _read(self, reader: _Reader | None, whole_lines: bool) -> None:
+        """Hand on what `reader`'s file holds past its offset; with `whole_lines`, up to its last
+        newline (the rest is read later), so that another file's lines are not glued to it."""
+        assert reader is not None and reader.fd is not None
+        if self._mid_line not in (None, reader):
+            return  # another file's line is not finished yet
+        while (size := os.fstat(reader.fd).st_size) > reader.offset:
+            data = os.pread(reader.fd, min(size - reader.offset, CHUNK_BYTES), reader.offset)
+            if whole_lines and len(data) < CHUNK_BYTES:  # (a chunk without a newline goes on whole)
+                data = data[: data.rfind(b"\n") + 1]
+            if not data or not reader.seam_matches():  # cut short since it was looked at: the next look resyncs
+                return
+            self._hand(reader, data)
+
+    def _hand(self, reader: _Reader, data: bytes) -> None:
+        reader.record(data)
+        if reader.skip_partial:
+            cut = data.find(b"\n")
+            if cut < 0:
+                return
+            reader.skip_partial, data = False, data[cut + 1 :]
             if not data:
                 return
-            self.offset += len(data)
-            if self._skip_partial:
-                cut = data.find(b"\n")
-                if cut < 0:
-                    continue
-                self._skip_partial, data = False, data[cut + 1 :]
-                if not data:
-                    continue
-            self._ends_line = data.endswith(b"\n")
-            self._on_data(self.path, data)
+        self._mid_line = None if data.endswith(b"\n") else reader
+        self._on_data(self.path, data)
+
+    def _end_line(self, reader: _Reader) -> None:
+        """Two files never merge into one line: a newline after a file's unfinished last line."""
+        if self._mid_line is reader:
+            self._mid_line = None
+            self._on_data(self.path, b"\n")
 
     def _check_identity(self) -> None:
-        fd, fp = self._fd, self._fp
-        assert fd is not None and fp is not None
+        current = self._current
+        assert current is not None and current.fd is not None
         try:
             st: os.stat_result | None = os.stat(self.path)
         except FileNotFoundError:
             st = None
-        if st is not None and fp.names(st):
-            self._check_rewritten(st.st_size)
+        self._check_rewritten(current)
+        if st is not None and current.fp.names(st):
             return
-        # renamed away or deleted: finish the old file (it may have changed before it went)
-        self._check_rewritten(os.fstat(fd).st_size)
-        self._drain()
-        deleted = st is None and os.fstat(fd).st_nlink == 0
-        assert self._fp is not None
-        self.retired.append(self._fp)
-        self.close()
-        self._end_line()
-        self._fp = None
-        if deleted:
+        # renamed away or deleted: read on by the descriptor until it has been quiet a while
+        current.seen_size, current.quiet_since = os.fstat(current.fd).st_size, self._clock()
+        self._rotated.append(current)
+        self._current = None
+        self._pick_up_missed()
+        if st is None and os.fstat(current.fd).st_nlink == 0:
             self._report(None)
         else:
             self._events.file_rotated(self.path)
@@ -190,31 +402,140 @@ class FileFollower:
         if st is not None:
             self._open(announce=False)
 
-    def _check_rewritten(self, size: int) -> None:
-        """Start again from 0 when the open file shrank below our offset or its first bytes changed."""
-        fd, fp = self._fd, self._fp
-        assert fd is not None and fp is not None
-        now = fp.recheck(fd)
-        if now is not None and size >= self.offset:
-            self._fp = now
+    def _check_rewritten(self, current: _Reader) -> None:
+        """The open file shrank below our offset, or its first bytes or the bytes just before our
+        offset changed (copytruncate, cut short, rewritten in place): go on from where it still
+        matches what was read (0 after copytruncate), after the rest of a copy, if one is found."""
+        assert current.fd is not None
+        size = os.fstat(current.fd).st_size
+        now = current.fp.recheck(current.fd)
+        if now is not None and size >= current.offset and current.seam_matches():
+            current.fp = now
             return
-        self._events.file_truncated(self.path)
-        self._end_line()
-        self.offset = 0
-        self._fp = Fingerprint.of(fd)
+        # (other first bytes after --from-end: nothing to compare them with)
+        offset, crc = (0, 0) if now is None and current.base > 0 else current.matching_prefix(size)
+        self._read_copies(current)
+        self._end_line(current)
+        self._events.file_truncated(self.path, offset)
+        current.resume_at(offset, crc)
+        current.fp = Fingerprint.of(current.fd)
 
-    def _end_line(self) -> None:
-        if not self._ends_line:
-            self._ends_line = True
-            self._on_data(self.path, b"\n")
+    def _read_copies(self, current: _Reader) -> None:
+        """copytruncate: what was written after our last read and before the copy is in the copy
+        (a new file beside ours that begins as ours did): it is read on from our offset. Copies of
+        truncations we missed between two looks (new files beside ours holding something else)
+        are read whole after it, oldest first; a copy of what the log holds now (its truncation is
+        still to come) is left for the next look."""
+        if self._known is None or current.fd is None:
+            return
+        known, live = self._known, Fingerprint.of(current.fd)
+        new = sorted((st.st_mtime_ns, path) for path, st in self._siblings() if (st.st_dev, st.st_ino) not in known)
+        for _, path in new:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                continue
+            copy: _Reader | None = None
+            try:
+                st = os.fstat(fd)
+                if current.fp.recheck(fd) is not None:  # a copy of what we read
+                    known.add((st.st_dev, st.st_ino))
+                    if st.st_size > current.offset and _holds_what_was_read(fd, current):
+                        copy = _Reader(fd, current.fp, current.offset, current.skip_partial)
+                        if self._mid_line is current:  # the copy holds the rest of that line
+                            self._mid_line = copy
+                elif live.head_len == 0 or live.recheck(fd) is None:  # not what the log holds now
+                    known.add((st.st_dev, st.st_ino))
+                    copy = _Reader(fd, Fingerprint.of(fd), 0)
+                if copy is not None:
+                    self._read(copy, whole_lines=False)
+            except OSError:
+                pass
+            finally:
+                if copy is None:
+                    os.close(fd)
+                else:
+                    self._end_line(copy)
+                    copy.close()
+
+    def _siblings(self) -> list[tuple[str, os.stat_result]]:
+        """Regular files beside ours whose name starts with its name (`log.1`, `log-20240101`), but
+        not compressed ones."""
+        folder, name = os.path.split(self.path)
+        found = []
+        with contextlib.suppress(OSError), os.scandir(folder or ".") as entries:
+            for e in entries:
+                if e.name != name and e.name.startswith(name) and not e.name.endswith(".gz"):
+                    with contextlib.suppress(OSError):
+                        if e.is_file(follow_symlinks=False):
+                            found.append((e.path, e.stat(follow_symlinks=False)))
+        return found
+
+    def _pick_up_missed(self) -> None:
+        """Files rotated in and out between two looks (created at `path`, written, renamed away
+        before we looked): new files beside ours, read from 0 after the one just rotated."""
+        if self._known is None:
+            return
+        missed = [
+            (st.st_mtime_ns, path)
+            for path, st in self._siblings()
+            if (st.st_dev, st.st_ino) not in self._known and st.st_size > 0
+        ]
+        for _, path in sorted(missed):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                continue
+            reader = _Reader(fd, Fingerprint.of(fd), 0)
+            st = os.fstat(fd)
+            self._known.add((st.st_dev, st.st_ino))
+            reader.seen_size, reader.quiet_since = st.st_size, self._clock()
+            self._rotated.append(reader)
+
+    def _retire_when_quiet(self, old: _Reader, now: float) -> None:
+        """A rotated file is done once it stopped growing `rotate_wait` ago and the writer is
+        elsewhere: a newer file holds bytes, or the old one is deleted."""
+        assert old.fd is not None
+        st = os.fstat(old.fd)
+        if st.st_size != old.seen_size:
+            old.seen_size, old.quiet_since = st.st_size, now
+            return
+        moved_on = st.st_nlink == 0 or self._successor_written(old)
+        if now - old.quiet_since < self._rotate_wait or not moved_on or self._mid_line not in (None, old):
+            return
+        self._read(old, whole_lines=False)
+        self._retire(old)
+
+    def _successor_written(self, old: _Reader) -> bool:
+        """Whether a file that came after `old` (the one now at `path`, or one rotated since) holds
+        bytes: the writer moved on to it."""
+        later = [*self._rotated[self._rotated.index(old) + 1 :], self._current]
+        return any(r is not None and r.fd is not None and os.fstat(r.fd).st_size > 0 for r in later)
+
+    def _retire(self, old: _Reader) -> None:
+        self._end_line(old)
+        old.close()
+        self._rotated.remove(old)
+        self.retired.append(old.fp)
 
 
 class Follower:
     """Every file named by the user's paths, globs and directories, each with its own FileFollower."""
 
-    def __init__(self, specs: list[str], on_data: OnData, events: FollowEvents, *, from_end: bool = False) -> None:
+    def __init__(
+        self,
+        specs: list[str],
+        on_data: OnData,
+        events: FollowEvents,
+        *,
+        from_end: bool = False,
+        rotate_wait: float = DEFAULT_ROTATE_WAIT_S,
+        exclude: Excludes | None = None,
+    ) -> None:
         self._on_data, self._events = on_data, events
-        self._from_end = from_end  # applies to the files found at the first look only
+        self._exclude = exclude or Excludes()  # `--exclude`: files never followed
+        self._from_end = from_end
+        self._rotate_wait = rotate_wait  # applies to the files found at the first look only
         self._searches: list[tuple[str, list[str]]] = []  # (what the user gave, its globs)
         self._followers: dict[str, FileFollower] = {}
         self._retired: deque[Fingerprint] = deque(maxlen=_RETIRED_KEPT)
@@ -225,7 +546,7 @@ class Follower:
                 self._searches.append((spec, [os.path.join(spec, "**", "*" + suffix) for suffix in LOG_SUFFIXES]))
             elif glob.has_magic(spec) and not os.path.exists(spec):  # `run[1].log` may be a name
                 self._searches.append((spec, [spec]))
-            else:
+            elif not self._exclude.matches(Path(spec)):
                 self._add(spec)
 
     @property
@@ -258,16 +579,18 @@ class Follower:
         return dirs
 
     def _add(self, path: str) -> None:
-        self._followers[path] = FileFollower(path, self._on_data, self._events, from_end=self._from_end)
+        self._followers[path] = FileFollower(
+            path, self._on_data, self._events, from_end=self._from_end, rotate_wait=self._rotate_wait
+        )
 
     def _scan(self) -> None:
         for spec, patterns in self._searches:
-            matches = sorted({m for pattern in patterns for m in glob.glob(pattern, recursive=True)})
+            matches = sorted({m for pattern in patterns for m in glob_paths(pattern)})  # (no symlink loop)
             if not matches and spec not in self._unmatched_said:
                 self._unmatched_said.add(spec)
                 self._events.file_missing(spec)
             for path in matches:
-                if path in self._followers:
+                if path in self._followers or self._exclude.matches(Path(path)):
                     continue
                 try:
                     st = os.stat(path)
@@ -283,7 +606,7 @@ class Follower:
 
     def _already_read(self, path: str, st: os.stat_result) -> bool:
         """Whether `path` is a file we read under another name: one being read, or a rotated one."""
-        if any(fp is not None and fp.names(st) for fp in (f.fingerprint for f in self._followers.values())):
+        if any(fp.names(st) for f in self._followers.values() for fp in f.fingerprints):
             return True
         candidates = [fp for fp in self._retired if fp.names(st)]
         if not candidates:
