@@ -207,8 +207,8 @@ def test_text_report_fits_a_narrow_terminal_without_cutting_names_values_or_loca
     """At 40 columns the last values read `grad…` and `2.1…`, sparklines were cut before the spike,
     and at 80 (a CI log) each alert's `file:line` was folded inside a 39-column table cell."""
     log = "examples/logs/megatron-ds-fp16-resume-collapse.log"
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": str(width)}
-    run = [*gradwatch_cmd(), "check", log]
+    env = {**os.environ, "NO_COLOR": "1"}
+    run = [*gradwatch_cmd(), "check", log, "--width", str(width)]  # (a pipe is never wrapped without it)
     text = subprocess.run(run, cwd=REPO, env=env, capture_output=True, text=True, timeout=60).stdout
     report = json.loads(subprocess.run([*run, "--output", "json"], cwd=REPO, capture_output=True, text=True).stdout)
     lines = [line.rstrip() for line in text.splitlines()]

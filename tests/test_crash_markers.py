@@ -173,7 +173,7 @@ def test_a_crash_line_is_one_critical_alert(tmp_path: Path, line: str) -> None:
     code, found = _check(tmp_path, [*megatron_records(10, 50), line])
     assert (code, [(d, s, step, at) for d, s, step, at, _ in found]) == (1, [("trainer_error", "critical", 500, 51)])
     quoted = line.removeprefix(BAR)  # (long ones shortened)
-    assert found[0][4].startswith(f"trainer error at step 500: {quoted[:120]}"), found[0][4]
+    assert found[0][4].startswith(f"trainer error: {quoted[:120]}"), found[0][4]
 
 
 def test_every_ranks_report_of_one_crash_is_one_alert(tmp_path: Path) -> None:
@@ -229,12 +229,12 @@ def test_a_crash_glued_onto_a_progress_bar_takes_the_bars_step(
     then a traceback that the log ends inside)."""
     code, found = _check(tmp_path, [_bars(450) + glued, *after])
     assert (code, [(d, s, step, at) for d, s, step, at, _ in found]) == (1, [("trainer_error", "critical", 450, line)])
-    assert found[0][4].startswith(f"trainer error at step 450: {quoted[:120]}"), found[0][4]
+    assert found[0][4].startswith(f"trainer error: {quoted[:120]}"), found[0][4]
 
 
 def test_a_bars_crash_in_a_megatron_log_takes_the_latest_records_step(tmp_path: Path) -> None:
     code, found = _check(tmp_path, [*megatron_records(10, 50), _bars(3) + OOM])
-    assert (code, found) == (1, [("trainer_error", "critical", 500, 51, f"trainer error at step 500: {OOM}")])
+    assert (code, found) == (1, [("trainer_error", "critical", 500, 51, f"trainer error: {OOM}")])
 
 
 @pytest.mark.parametrize("end", ENDS.values(), ids=ENDS.keys())

@@ -344,7 +344,7 @@ ONE_FILE_PLUGIN = '''
 
         def __init__(self, config=None, path=""):
             super().__init__(config, path)
-            self.records = 0  # plain state: `scan` pickles it
+            self.records = 0  # plain state: `scan` saves it
 
         def update(self, batch):
             rec = batch.records
@@ -390,7 +390,7 @@ def test_one_file_plugin_from_the_config(tmp_path: Path) -> None:
     assert f"[plugin: {plugin}]" in run_cli("formats", "--config", str(conf)).stdout
     assert f"- {plugin}" in run_cli("config", "show", "--config", str(conf)).stdout
 
-    # `scan` pickles the plugin's state and finds its classes again in the next process
+    # `scan` saves the plugin's state (plain data) and finds its classes again in the next process
     state = tmp_path / "scan.json"
     for _ in range(2):
         p = run_cli("scan", str(log), "--state", str(state), "--config", str(conf))
@@ -431,8 +431,11 @@ def test_a_plugin_file_that_fails_only_in_workers_is_reported_and_fails_the_chec
 
     p = _split_check(tmp_path, log, "2", "--config", str(conf))
     assert p.returncode == 2
-    assert p.stderr == f"error: plugin {plugin.resolve()} failed to load: RuntimeError: no; running without it\n"
     error = json.loads(p.stdout)["files"][0]["error"]
+    assert p.stderr.splitlines() == [
+        f"error: plugin {plugin.resolve()} failed to load: RuntimeError: no; running without it",
+        f"error: {error}",  # (the file's error is also said on stderr, whatever the output)
+    ]
     failed = f"{log}: a worker process failed: ModuleNotFoundError: No module named 'gradwatch_plugin_fussy_"
     assert error.startswith(failed) and error.endswith(f"; {UNCHECKED}")
 
@@ -457,9 +460,9 @@ def test_a_worker_that_fails_after_the_head_fails_the_check(tmp_path: Path) -> N
     _write_plugin(tmp_path, "sabotage.py", SABOTAGE.format(error="MemoryError('out of it')"))
     conf = _config(tmp_path, "plugins: [../plugins/sabotage.py]\n")
     p = _split_check(tmp_path, RESUME_LOG, "2", "--config", str(conf))
-    assert p.returncode == 2 and p.stderr == "", p.stderr
     report = json.loads(p.stdout)
     first = report["files"][0]
+    assert p.returncode == 2 and p.stderr == f"error: {first['error']}\n", p.stderr
     assert first["error"] == f"{RESUME_LOG}: a worker process failed: MemoryError: out of it; {UNCHECKED}"
     assert first["records"] > 0 and report["summary"]["exit_code"] == 2
 
@@ -469,8 +472,8 @@ def test_a_file_that_fails_to_read_in_a_worker_is_reported_as_in_one_process(tmp
     _write_plugin(tmp_path, "sabotage.py", SABOTAGE.format(error="FileNotFoundError(2, 'No such file or directory')"))
     conf = _config(tmp_path, "plugins: [../plugins/sabotage.py]\n")
     p = _split_check(tmp_path, RESUME_LOG, "2", "--config", str(conf))
-    assert p.stderr == "", p.stderr
     first = json.loads(p.stdout)["files"][0]
+    assert p.stderr == f"error: {first['error']}\n", p.stderr
     assert first["error"] == f"{RESUME_LOG}: read failed: No such file or directory" and first["records"] > 0
 
 

@@ -461,3 +461,23 @@ def test_tail_run_audits_the_next_jobs_log_when_it_appears(tmp_path: Path, tails
     assert (found["path"], found["step"]) == (str(later), 401)
     assert "precision bf16 -> fp16" in found["message"] and "slurm-1.out" in found["message"], found
     t.stop()
+
+
+def test_scan_run_audits_the_next_jobs_log_found_by_a_later_scan(tmp_path: Path) -> None:
+    """cron's `scan --run` over `slurm-*.out`: the requeued job's log found at a later scan is
+    audited against where the files read before left the run."""
+    state = tmp_path / "state.json"
+    write(tmp_path / "slurm-1.out", arguments(**BF16_ARGS), iterations(1, 450))
+
+    def scanned() -> list[tuple[str, int | None, str]]:
+        p = run_cli("scan", "--run", "job", "--state", str(state), "--output", "json", str(tmp_path / "slurm-*.out"))
+        assert p.returncode in (0, 1), p.stderr
+        return audits(json.loads(p.stdout))
+
+    assert scanned() == []
+    write(tmp_path / "slurm-2.out", arguments(**{**BF16_ARGS, "fp16": True, "bf16": False}), loading(450))
+    with (tmp_path / "slurm-2.out").open("a") as fh:
+        fh.write("\n".join(iterations(451, 470)) + "\n")
+    ((severity, step, message),) = scanned()
+    assert (severity, step) == ("warning", 451) and "precision bf16 -> fp16" in message, message
+    assert "slurm-1.out" in message, message

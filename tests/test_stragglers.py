@@ -6,13 +6,14 @@ subprocess, `tail` beside files that grow (the `Tail` helper of tests/test_tail.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from gradwatch.config import StragglerConfig
 from gradwatch.pipeline import FileSummary
 from gradwatch.stragglers import StragglerWatch
-from tests.conftest import check_json
+from tests.conftest import check_json, run_cli
 from tests.tail_writer import megatron_line, write_lines
 from tests.test_tail import tails, writer  # noqa: F401  (the fixture: `gradwatch tail` subprocesses)
 
@@ -116,14 +117,15 @@ def test_tail_warns_about_a_rank_that_falls_silent_while_the_others_go_on(
 ) -> None:
     logs = ranks(tmp_path, [30, 30, 30])
     config = tmp_path / "fast-stall.yaml"
-    config.write_text("detectors:\n  stall:\n    floor_s: 1.0\n    factor: 1.0\n")
+    config.write_text("detectors:\n  stall:\n    floor_s: 3.0\n    factor: 1.0\n")
     t = tails(*logs, "--run", "job7", "--config", str(config))
     t.started()
-    # (writing on for 10 s: a loaded machine still sees the others go on while this one is silent)
-    going = [writer(Path(log), "--first", "1030", "--count", "200", "--rate", "20") for log in logs[:2]]
+    # (writing on for 15 s, silent for 3 s at most: a loaded machine that holds a writer back for
+    # a second still sees the others go on while this one is silent)
+    going = [writer(Path(log), "--first", "1030", "--count", "300", "--rate", "20") for log in logs[:2]]
     try:
         alert = t.wait_for(
-            lambda o: o["type"] == "alert" and o["detector"] == "straggler", timeout=15, what="straggler alert"
+            lambda o: o["type"] == "alert" and o["detector"] == "straggler", timeout=20, what="straggler alert"
         )
     finally:
         for w in going:
@@ -132,3 +134,23 @@ def test_tail_warns_about_a_rank_that_falls_silent_while_the_others_go_on(
     assert (alert["path"], alert["step"]) == (logs[2], 1029) and "fell silent after step 1,029" in alert["message"]
     t.stop()
     assert [a["path"] for a in t.alerts("straggler")] == [logs[2]]
+
+
+def test_scan_run_warns_once_about_a_rank_that_stays_behind(tmp_path: Path) -> None:
+    """cron's `scan --run`: the rank that fell behind is told at the scan that sees it, not again
+    at the next while it stays at the same step; a rank that later falls behind is told then."""
+    logs = ranks(tmp_path, [400, 400, 150, 400])
+    state = tmp_path / "state.json"
+
+    def scanned() -> list[tuple[str, int]]:
+        p = run_cli("scan", "--run", "job7", "--state", str(state), "--output", "json", *logs)
+        assert p.returncode in (0, 1), p.stderr
+        return [(a["path"], a["step"]) for a in json.loads(p.stdout)["alerts"] if a["detector"] == "straggler"]
+
+    assert scanned() == [(logs[2], 1149)]
+    for log in (logs[0], logs[1], logs[3]):
+        write_lines(log, 1400, 100)
+    assert scanned() == []  # rank 2 is still behind at the same step: told already
+    write_lines(logs[0], 1500, 300)
+    write_lines(logs[1], 1500, 300)
+    assert scanned() == [(logs[3], 1499)]

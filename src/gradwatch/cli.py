@@ -10,6 +10,7 @@ import errno
 import gc
 import importlib.util
 import inspect
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -20,10 +21,14 @@ import click
 from gradwatch import __version__
 from gradwatch.errors import ExitCode, GradwatchError, InputError
 from gradwatch.plugins import failures as plugin_failures
+from gradwatch.sinks.safe import safe_text
 
 if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
     from gradwatch.config import Settings
     from gradwatch.plots.series import RunSeries
+    from gradwatch.sinks.report import Report
     from gradwatch.sinks.snapshot import SnapshotWriter
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,7 +38,9 @@ CONFIG_OPTION = click.option(
     "config_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="YAML file overriding configs/default.yaml key by key.",
+    help="YAML file overriding the defaults key by key. Without it: $GRADWATCH_CONFIG, else gradwatch.yaml "
+    "or [tool.gradwatch] in pyproject.toml here or in a parent folder (up to the repository's root), else "
+    "~/.config/gradwatch/config.yaml; `gradwatch config show` says which.",
 )
 SNAPSHOT_OPTION = click.option(
     "--snapshot-dir",
@@ -66,8 +73,75 @@ RUN_OPTION = click.option(
     help="The files are one run named NAME (rank files, per-node outputs, successive jobs): an alert "
     "that several of them print for the same step is one alert naming them, and incidents are the run's.",
 )
+
+
+class Seconds(click.FloatRange):
+    """A duration option: a finite number in its range (`--lock-wait nan` would wait forever,
+    and `inf` is no time)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
 #: Log paths: files are offered when completing them in a shell.
 PATHS_ARGUMENT = click.argument("paths", nargs=-1, required=True, type=click.Path())
+EXCLUDE_OPTION = click.option(
+    "--exclude",
+    multiple=True,
+    metavar="GLOB",
+    help="Leave out files whose name, a folder on their path or the end of their path matches GLOB "
+    "(repeatable), e.g. --exclude '*.txt' --exclude old.",
+)
+
+
+def _complete_detectors(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of the last name in a comma-separated list of detector ids."""
+    from gradwatch.detectors import DETECTORS
+
+    done, _, last = incomplete.rpartition(",")
+    return [f"{done},{d}" if done else d for d in DETECTORS if d.startswith(last)]
+
+
+SELECT_OPTION = click.option(
+    "--select",
+    multiple=True,
+    metavar="DETECTOR,...",
+    shell_complete=_complete_detectors,
+    help="Run only these detectors (comma-separated or repeated; ids from `gradwatch detectors`), "
+    "whatever `enabled:` says in the config.",
+)
+IGNORE_OPTION = click.option(
+    "--ignore",
+    multiple=True,
+    metavar="DETECTOR,...",
+    shell_complete=_complete_detectors,
+    help="Leave out these detectors (comma-separated or repeated), e.g. --ignore loss_plateau,stall.",
+)
+
+
+def _settings(config_path: str | None, select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> Settings:
+    """The configuration of a command (`--config`, else the one found: `gradwatch.config_discovery`),
+    with the detectors `--select` and `--ignore` chose."""
+    from gradwatch.config import choose_detectors
+    from gradwatch.config_discovery import load_settings
+
+    return choose_detectors(load_settings(config_path), _names(select), _names(ignore))
+
+
+def _names(values: tuple[str, ...]) -> list[str]:
+    """The names of a repeatable, comma-separated option."""
+    return [name for value in values for name in _split(value) or ()]
+
+
+def _note(message: str) -> None:
+    click.echo(f"note: {safe_text(message)}", err=True)
+
+
 _EXAMPLES = "\b\nExamples:"
 
 
@@ -81,6 +155,10 @@ class _Command(click.Command):
             head, examples = text.split(_EXAMPLES, 1)
             self.help, self.epilog = head.rstrip(), _EXAMPLES + examples
 
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The first sentence whole: a group's command list wraps it rather than cut it to `...`."""
+        return super().get_short_help_str(limit=sys.maxsize)
+
 
 class _Group(_Command, click.Group):
     command_class = _Command
@@ -92,7 +170,7 @@ class _Group(_Command, click.Group):
         except SystemExit as e:
             sys.exit(_with_plugin_failures(e.code))
         except GradwatchError as e:
-            click.echo(f"error: {e}", err=True)
+            click.echo(f"error: {safe_text(str(e))}", err=True)
             sys.exit(int(e.exit_code))
         except click.exceptions.Abort:
             click.echo("aborted", err=True)
@@ -110,7 +188,7 @@ class _Group(_Command, click.Group):
                 where = "cannot write the output: "
             else:
                 where = f"{e.filename}: " if e.filename else ""
-            click.echo(f"error: {where}{e.strerror or e}", err=True)
+            click.echo(f"error: {safe_text(where)}{e.strerror or e}", err=True)
             sys.exit(int(ExitCode.USAGE))
         except KeyboardInterrupt:
             sys.exit(130)
@@ -137,6 +215,65 @@ def _report_output_option(help_text: str) -> Callable[[F], F]:
         default="text",
         show_default=True,
         help=help_text + CI_OUTPUTS_HELP,
+    )
+
+
+def _complete_formats(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """`--format` completes to the names of the formats, built in and installed as plugins."""
+    from click.shell_completion import CompletionItem
+
+    from gradwatch.parsers import PARSERS
+    from gradwatch.plugins import loader
+
+    loader.load_installed()
+    return [CompletionItem(name, help=cls.description) for name, cls in PARSERS.items() if name.startswith(incomplete)]
+
+
+def _text_output_options(command: F) -> F:
+    """`--color` and `--width` of the commands that print text; set for the console as they
+    parse (`commands/text_output.py`), not passed to the command."""
+
+    def chosen(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        from gradwatch.commands import text_output
+
+        text_output.configure(**{str(param.name): value})
+        return value
+
+    color = click.option(
+        "--color",
+        type=click.Choice(["auto", "always", "never"]),
+        default="auto",
+        show_default=True,
+        expose_value=False,
+        callback=chosen,
+        help="auto: colour on a terminal unless NO_COLOR is set (FORCE_COLOR: in pipes too); "
+        "always: also into pipes and files (CI logs); never.",
+    )
+    width = click.option(
+        "--width",
+        type=click.IntRange(min=20),
+        default=None,
+        metavar="N",
+        expose_value=False,
+        callback=chosen,
+        help="Lay text out N columns wide (default: the terminal's width; "
+        "when stdout is not a terminal, lines are never wrapped).",
+    )
+    return color(width(command))
+
+
+QUIET_OPTION = click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="Text output: only the alerts (errors go to stderr); nothing at all when there is none.",
+)
+
+
+def _format_option(help_text: str) -> Callable[[F], F]:
+    """`--format NAME`: no sniffing; completed from the registered formats."""
+    return click.option(
+        "--format", "fmt", default=None, metavar="NAME", shell_complete=_complete_formats, help=help_text
     )
 
 
@@ -174,13 +311,10 @@ def cli() -> None:
 @cli.command()
 @PATHS_ARGUMENT
 @CONFIG_OPTION
-@click.option(
-    "--format",
-    "fmt",
-    default=None,
-    metavar="NAME",
-    help="Skip format sniffing and read every file as NAME (see `gradwatch formats`).",
-)
+@EXCLUDE_OPTION
+@SELECT_OPTION
+@IGNORE_OPTION
+@_format_option("Skip format sniffing and read every file as NAME (see `gradwatch formats`).")
 @_report_output_option("text: a report per file; json: one JSON object on stdout; ")
 @_fail_on_option("Lowest alert severity that makes the exit code 1.")
 @SNAPSHOT_OPTION
@@ -195,9 +329,14 @@ def cli() -> None:
 )
 @PREVIOUS_OPTION
 @RUN_OPTION
+@QUIET_OPTION
+@_text_output_options
 def check(
     paths: tuple[str, ...],
     config_path: str | None,
+    exclude: tuple[str, ...],
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
     fmt: str | None,
     output: str,
     fail_on: str,
@@ -205,6 +344,7 @@ def check(
     jobs: int | None,
     previous: str | None,
     run_name: str | None,
+    quiet: bool,
 ) -> None:
     """Check archived logs and report what went wrong, where, and what to do.
 
@@ -222,18 +362,18 @@ def check(
     Examples:
       gradwatch check examples/logs/megatron-ds-fp16-resume-collapse.log
       ssh login1 cat /scratch/run42/main_log.txt | gradwatch check - --snapshot-dir evidence/
-      gradwatch check logs/ --output junit > gradwatch-junit.xml
+      gradwatch check logs/ --quiet --color always        # a CI log: the alerts alone, coloured
     """
     from gradwatch import workers
 
     if snapshot_dir is None:  # (evidence is written by a read in this process)
         workers.start_early(paths, jobs)  # before the imports below, which it then does beside them
 
-    from gradwatch import config
     from gradwatch.alerts import Severity
     from gradwatch.commands.check import run_check
+    from gradwatch.sources.exclude import Excludes
 
-    settings = config.load(config_path)
+    settings = _settings(config_path, select, ignore)
     snapshots = _snapshot_writer(snapshot_dir, settings)
     report = run_check(
         list(paths),
@@ -244,8 +384,10 @@ def check(
         jobs=jobs,
         previous=previous,
         run=run_name,
+        exclude=Excludes(exclude),
+        note=None if quiet else _note,
     )
-    _emit(report, output)
+    _emit(report, output, quiet)
     sys.exit(int(report.exit_code))
 
 
@@ -255,21 +397,29 @@ def _snapshot_writer(directory: str | None, settings: Settings) -> SnapshotWrite
         return None
     from gradwatch.sinks.snapshot import SnapshotWriter
 
-    return SnapshotWriter.open(directory, settings.snapshots, lambda m: click.echo(f"warning: {m}", err=True))
+    return SnapshotWriter.open(
+        directory, settings.snapshots, lambda m: click.echo(f"warning: {safe_text(m)}", err=True)
+    )
 
 
-def _emit(report: Any, output: str) -> None:
+def _emit(report: Report, output: str, quiet: bool) -> None:
+    """The report on stdout as `--output` says (with `--quiet`, text is the alerts alone); the
+    files that could not be read on stderr too, whatever the output."""
+    for error in report.input_errors():
+        click.echo(f"error: {safe_text(error)}", err=True)
     if output == "json":
         click.echo(report.dumps())
         return
     if output in CI_OUTPUTS:
         from gradwatch.sinks.ci import emit
 
-        click.echo(emit(report, output, warn=lambda m: click.echo(f"warning: {m}", err=True)), nl=False)
+        click.echo(emit(report, output, warn=lambda m: click.echo(f"warning: {safe_text(m)}", err=True)), nl=False)
         return
     from gradwatch.commands.console import stdout_console
 
-    stdout_console().print(report)
+    shown = report.alerts_only() if quiet else report
+    if shown is not None:
+        stdout_console().print(shown)
 
 
 @cli.command()
@@ -281,7 +431,7 @@ def _emit(report: Any, output: str) -> None:
     type=click.Path(dir_okay=False),
     metavar="FILE",
     help="Where this scan left off (offsets, detector state, notified incidents). Created 0600; "
-    "it holds pickled data, so it is refused if anyone but its owner can write it.",
+    "it decides what is read and notified, so it is refused if anyone but its owner can write it.",
 )
 @CONFIG_OPTION
 @click.option(
@@ -290,7 +440,7 @@ def _emit(report: Any, output: str) -> None:
     metavar="CMD",
     help="Run CMD when an incident at or above --fail-on opens, escalates and ends (split like a shell, "
     "run without one): its alert's JSON with event and headline on stdin, GRADWATCH_* environment "
-    "variables, 30 s limit.",
+    "variables; killed at --notify-timeout.",
 )
 @click.option("--webhook", default=None, metavar="URL", help="POST incident updates as JSON to URL.")
 @click.option(
@@ -299,6 +449,15 @@ def _emit(report: Any, output: str) -> None:
     default="generic",
     show_default=True,
     help='generic: {"alerts": [...]}; slack: {"text": ...} for Slack-compatible incoming webhooks.',
+)
+@click.option(
+    "--notify-timeout",
+    type=Seconds(min=0.1, max=3600),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Most time one scan spends notifying, every command, POST and retry included (a server that "
+    "drips its answer too); what is not delivered by then is kept for the next scan.",
 )
 @click.option(
     "--textfile",
@@ -311,7 +470,7 @@ def _emit(report: Any, output: str) -> None:
 @_fail_on_option("Lowest severity that makes the exit code 1 and is notified.")
 @click.option(
     "--lock-wait",
-    type=click.FloatRange(min=0),
+    type=Seconds(min=0),
     default=10.0,
     show_default=True,
     metavar="SECONDS",
@@ -319,6 +478,11 @@ def _emit(report: Any, output: str) -> None:
 )
 @SNAPSHOT_OPTION
 @RUN_OPTION
+@QUIET_OPTION
+@_text_output_options
+@EXCLUDE_OPTION
+@SELECT_OPTION
+@IGNORE_OPTION
 def scan(
     paths: tuple[str, ...],
     state_path: str,
@@ -326,12 +490,17 @@ def scan(
     notify_cmd: str | None,
     webhook: str | None,
     webhook_format: str,
+    notify_timeout: float,
     textfile: str | None,
     output: str,
     fail_on: str,
     lock_wait: float,
     snapshot_dir: str | None,
     run_name: str | None,
+    quiet: bool,
+    exclude: tuple[str, ...],
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
 ) -> None:
     """Scan logs once, reading only what was appended since the last scan (for cron).
 
@@ -351,35 +520,60 @@ def scan(
     \b
     Examples:
       */5 * * * * gradwatch scan '/scratch/*/train.log' --state ~/gw.json --webhook-format slack --webhook "$SLACK_URL"
-      gradwatch scan logs/ --state scan.json --notify-cmd 'mail -s gradwatch me@example.org' --snapshot-dir evidence/
       gradwatch scan 'runs/*.log' --state scan.json --textfile /var/lib/node_exporter/textfile --output json
+      gradwatch scan 'runs/*.log' --state scan.json --quiet   # cron mails only when there is news
     """
-    from gradwatch import config as cfg
     from gradwatch.commands.scan import run_scan, scan_options
+    from gradwatch.sources.exclude import Excludes
 
-    settings = cfg.load(config_path)
+    settings = _settings(config_path, select, ignore)
     snapshots = _snapshot_writer(snapshot_dir, settings)
     options = scan_options(
-        state_path, fail_on, notify_cmd, webhook, webhook_format, textfile, lock_wait, snapshots, run_name
+        state_path,
+        fail_on,
+        notify_cmd,
+        webhook,
+        webhook_format,
+        textfile,
+        lock_wait,
+        snapshots,
+        run_name,
+        notify_timeout_s=notify_timeout,
     )
-    report = run_scan(list(paths), settings, options, warn=lambda m: click.echo(f"warning: {m}", err=True))
-    _emit(report, output)
+    report = run_scan(
+        list(paths),
+        settings,
+        options,
+        warn=lambda m: click.echo(f"warning: {safe_text(m)}", err=True),
+        exclude=Excludes(exclude),
+        note=None if quiet else _note,
+    )
+    _emit(report, output, quiet)
     sys.exit(int(report.exit_code))
 
 
 @cli.command()
 @PATHS_ARGUMENT
 @CONFIG_OPTION
-@click.option("--format", "fmt", default=None, metavar="NAME", help="Read every file as format NAME.")
+@_format_option("Read every file as format NAME.")
 @click.option(
     "--poll",
-    type=click.FloatRange(min=0.01),
+    type=Seconds(min=0.01),
     default=None,
     metavar="SECONDS",
     help="Look every SECONDS instead of waiting for inotify events "
     "(automatic, every 0.25 s, on NFS, Lustre, GPFS, CIFS/SMB, Ceph and FUSE).",
 )
 @click.option("--from-end", is_flag=True, help="Skip what the files hold now (detectors then start cold).")
+@click.option(
+    "--rotate-wait",
+    type=Seconds(min=0),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Read a file renamed away or deleted on (a `tee -a` may still append to it) until it has been "
+    "quiet this long once the new file holds lines.",
+)
 @click.option(
     "--output",
     type=click.Choice(["live", "text", "jsonl"]),
@@ -404,7 +598,7 @@ def scan(
 )
 @click.option(
     "--on-alert-timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1),
     default=30.0,
     show_default=True,
     metavar="SECONDS",
@@ -418,7 +612,7 @@ def scan(
 )
 @click.option(
     "--status-every",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1),
     default=300.0,
     show_default=True,
     metavar="SECONDS",
@@ -442,12 +636,18 @@ def scan(
 )
 @PREVIOUS_OPTION
 @RUN_OPTION
+@QUIET_OPTION
+@_text_output_options
+@SELECT_OPTION
+@IGNORE_OPTION
+@EXCLUDE_OPTION
 def tail(
     paths: tuple[str, ...],
     config_path: str | None,
     fmt: str | None,
     poll: float | None,
     from_end: bool,
+    rotate_wait: float,
     output: str | None,
     on_alert: str | None,
     on_alert_severity: str,
@@ -459,6 +659,10 @@ def tail(
     metrics_addr: str,
     previous: str | None,
     run_name: str | None,
+    quiet: bool,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    exclude: tuple[str, ...],
 ) -> None:
     """Follow live logs and alert as problems appear, through rotation and truncation.
 
@@ -481,7 +685,6 @@ def tail(
       gradwatch tail train.log --on-alert 'scancel 123456' --on-alert-severity critical
       python train.py 2>&1 | tee -p train.log | gradwatch tail -
     """
-    from gradwatch import config as cfg
     from gradwatch.commands.tail import TailOptions, run_tail
 
     options = TailOptions(
@@ -489,6 +692,7 @@ def tail(
         fmt=fmt,
         poll=poll,
         from_end=from_end,
+        rotate_wait=rotate_wait,
         output=output,
         on_alert=on_alert,
         on_alert_severity=on_alert_severity,
@@ -500,8 +704,10 @@ def tail(
         metrics_addr=metrics_addr,
         previous=previous,
         run=run_name,
+        quiet=quiet,
+        exclude=exclude,
     )
-    sys.exit(int(run_tail(options, cfg.load(config_path))))
+    sys.exit(int(run_tail(options, _settings(config_path, select, ignore))))
 
 
 @cli.group()
@@ -518,16 +724,22 @@ def config() -> None:
 @config.command("show")
 @CONFIG_OPTION
 def config_show(config_path: str | None) -> None:
-    """Print the effective configuration: defaults merged with --config.
+    """Print the effective configuration: the defaults merged with --config, or with the file
+    found without it; the first line says which file that is.
 
     \b
     Examples:
       gradwatch config show
       gradwatch config show --config my.yaml
+      GRADWATCH_CONFIG=~/thresholds.yaml gradwatch config show | head -1
     """
     from gradwatch import config as cfg
+    from gradwatch import config_discovery
 
-    click.echo(cfg.effective_yaml(cfg.load(config_path)), nl=False)
+    source = config_discovery.find(config_path)
+    settings = config_discovery.load(source)
+    click.echo(f"# configuration: {source.describe()}")
+    click.echo(cfg.effective_yaml(settings), nl=False)
 
 
 @config.command("init")
@@ -542,6 +754,7 @@ def config_init(path: str, force: bool) -> None:
       gradwatch config init configs/my-run.yaml --force
     """
     from gradwatch import config as cfg
+    from gradwatch import config_discovery
     from gradwatch.errors import UsageError
 
     if os.path.exists(path) and not force:
@@ -551,7 +764,10 @@ def config_init(path: str, force: bool) -> None:
             fh.write(cfg.default_text())
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
-    click.echo(f"wrote {path}; pass it with --config {path}")
+    if os.path.basename(path) == config_discovery.PROJECT_FILE:
+        click.echo(f"wrote {path}; commands run in its folder or below use it (`gradwatch config show` says so)")
+    else:
+        click.echo(f"wrote {path}; pass it with --config {path}, or set GRADWATCH_CONFIG={path}")
 
 
 @cli.command()
@@ -565,10 +781,9 @@ def formats(config_path: str | None) -> None:
       gradwatch formats --config my.yaml
       gradwatch check run.log --format megatron
     """
-    from gradwatch import config as cfg
     from gradwatch.parsers import PARSERS
 
-    cfg.load(config_path)  # loads the plugins
+    _settings(config_path)  # loads the plugins
     width = max(map(len, PARSERS))
     for name, cls in PARSERS.items():
         kind = (
@@ -592,10 +807,9 @@ def detectors(config_path: str | None) -> None:
       gradwatch detectors --config my.yaml
       gradwatch config show | grep -A12 grad_norm_spike
     """
-    from gradwatch import config as cfg
     from gradwatch.detectors import DETECTORS
 
-    cfg.load(config_path)  # loads the plugins
+    _settings(config_path)  # loads the plugins
     width = max(map(len, DETECTORS))
     for det_id, cls in DETECTORS.items():
         click.echo(f"{det_id:<{width}}  {cls.description}{_plugin_origin('detector', det_id)}")
@@ -618,7 +832,7 @@ def _plugin_origin(kind: str, name: str) -> str:
     help="Output file: .csv, .jsonl or .parquet.",
 )
 @CONFIG_OPTION
-@click.option("--format", "fmt", default=None, metavar="NAME", help="Read PATH as format NAME.")
+@_format_option("Read PATH as format NAME.")
 @click.option(
     "--configs",
     is_flag=True,
@@ -633,10 +847,9 @@ def export(path: str, out_path: str, config_path: str | None, fmt: str | None, c
       gradwatch export main_log.txt.gz --out records.parquet
       gradwatch export main_log.txt --configs --out configs.jsonl
     """
-    from gradwatch import config as cfg
     from gradwatch.commands.export import run_export
 
-    n, how = run_export(path, out_path, cfg.load(config_path), fmt, configs)
+    n, how = run_export(path, out_path, _settings(config_path), fmt, configs)
     what = "config" if configs else "record"
     click.echo(f"wrote {n:,} {what}{'s' if n != 1 else ''} to {out_path}, read as {how}")
 
@@ -665,7 +878,10 @@ def _split(value: str | None) -> list[str] | None:
     help="Comma-separated metrics or panels to draw (default: every one the log has): "
     "loss, grad_norm, loss_scale, lr, logit_norm, z_loss, throughput.",
 )
-def report(paths: tuple[str, ...], out_path: str, config_path: str | None, metrics: str | None) -> None:
+@EXCLUDE_OPTION
+def report(
+    paths: tuple[str, ...], out_path: str, config_path: str | None, metrics: str | None, exclude: tuple[str, ...]
+) -> None:
     """Draw logs as panels with every alert marked: loss, grad norm, loss scale, lr, logit norm, throughput.
 
     PATHS are log files or directories, as for `check`. Alerts are check's alerts, listed with
@@ -673,8 +889,9 @@ def report(paths: tuple[str, ...], out_path: str, config_path: str | None, metri
 
     \b
     Exit codes:
-      0  report written (alerts do not change it: gate CI with `check`)
-      2  usage error, missing/unreadable file, no known format, or .png without matplotlib;
+      0  report written (alerts do not change it: gate CI with `check`); logs that could
+         not be read are listed on stderr and on the page, every other one is drawn
+      2  usage error, no log could be drawn, or .png without matplotlib;
          a file read only in part (a damaged gzip) is drawn up to the damage, then exit 2
 
     \b
@@ -687,13 +904,16 @@ def report(paths: tuple[str, ...], out_path: str, config_path: str | None, metri
 
     workers.start_early(paths, None)  # a large log is read by workers, as `check` reads it
 
-    from gradwatch import config as cfg
     from gradwatch.commands.report import run_report
+    from gradwatch.sources.exclude import Excludes
 
-    drawn = run_report(list(paths), out_path, cfg.load(config_path), _split(metrics))
-    alerts = sum(len(run.alerts) for run, _ in drawn)
-    click.echo(f"wrote {out_path}: {len(drawn)} log{'s' if len(drawn) != 1 else ''}, {alerts} alerts")
-    _fail_if_read_in_part(run for run, _ in drawn)
+    drawn = run_report(list(paths), out_path, _settings(config_path), _split(metrics), Excludes(exclude))
+    for message in drawn.unread:
+        click.echo(f"not drawn: {message}", err=True)
+    alerts = sum(len(run.alerts) for run, _ in drawn.runs)
+    logs = len(drawn.runs)
+    click.echo(f"wrote {out_path}: {logs} log{'s' if logs != 1 else ''}, {alerts} alerts")
+    _fail_if_read_in_part(run for run, _ in drawn.runs)
 
 
 @cli.command()
@@ -720,6 +940,7 @@ def report(paths: tuple[str, ...], out_path: str, config_path: str | None, metri
     metavar="N",
     help="Growth and slope are measured over each run's last N steps.",
 )
+@_text_output_options
 def compare(
     paths: tuple[str, ...],
     out_path: str,
@@ -743,12 +964,11 @@ def compare(
       gradwatch compare bf16/log.txt fp32/log.txt --labels bf16-reduce,fp32-reduce --out compare.png
       gradwatch compare a.log b.log c.log --x tokens --window 5000 --out abc.html
     """
-    from gradwatch import config as cfg
     from gradwatch.commands.compare import config_table, run_compare, run_labels, trend_table
     from gradwatch.commands.console import stdout_console
 
     names = run_labels(list(paths), _split(labels))
-    rows, runs = run_compare(list(paths), out_path, cfg.load(config_path), _split(metrics), names, x_axis, window)
+    rows, runs = run_compare(list(paths), out_path, _settings(config_path), _split(metrics), names, x_axis, window)
     console = stdout_console()
     console.print(trend_table(rows, window))
     console.print(config_table(runs, names))
@@ -761,7 +981,7 @@ def _fail_if_read_in_part(runs: Iterable[RunSeries]) -> None:
     fails `check`: what was drawn is only what came before the damage."""
     errors = [run.summary.error for run in runs if run.summary.error]
     for error in errors[:-1]:
-        click.echo(f"error: {error}", err=True)
+        click.echo(f"error: {safe_text(error)}", err=True)
     if errors:
         raise InputError(errors[-1])
 

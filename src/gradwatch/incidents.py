@@ -203,7 +203,7 @@ class Correlator:
     restarts, overflows and logging interval that alerts do not carry.
 
     `run`: the name of one run that every file belongs to (`--run NAME`); None: each file is a run.
-    Picklable (plain data), so that `scan` keeps it between passes.
+    Plain data, so that `scan` keeps it between passes (`gradwatch.state`).
     """
 
     def __init__(self, config: IncidentConfig | None = None, run: str | None = None) -> None:

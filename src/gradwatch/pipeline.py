@@ -55,8 +55,7 @@ class FileSummary:
     spike_score: SpikeScore = field(default_factory=SpikeScore)
     #: per metric, min/max over the run in at most SHAPE_BUCKETS buckets (check's sparklines)
     shapes: dict[str, MinMaxBuckets] = field(default_factory=dict)
-    #: ids of the detectors that judged the file (JUnit's test cases); a class default, so that
-    #: summaries pickled in older scan states still have it
+    #: ids of the detectors that judged the file (JUnit's test cases)
     detectors: tuple[str, ...] = ()
     #: what the run was told at each start: per `config` event, its line, step, source and
     #: canonical keys (the raw keys stay with the event: `gradwatch export --configs`); a tuple
@@ -276,6 +275,9 @@ def check_path(
                 advance(len(chunk))
     except (InputError, WorkerError) as e:  # a missing file, a damaged gzip, a worker that failed:
         check.summary.error = str(e)  # what came before it is still checked (and the check fails)
+    except Exception as e:  # a fault of ours on this file's content: the other files are still checked
+        check.summary.error = internal_error(check.summary.path, e)
+        return check.summary, sorted(alerts, key=Alert.sort_key)
     alerts += evidenced(check.close())
     audit = next((d for d in check.detectors if isinstance(d, ResumeConfig)), None)
     if on_end is not None and audit is not None:
@@ -342,8 +344,18 @@ def _says_something(alerts: list[Alert]) -> bool:
     return any(a.severity >= Severity.WARNING for a in alerts)
 
 
+def internal_error(path: Path | str, error: Exception) -> str:
+    """The message for a file on which gradwatch itself failed (a bug, not the log's fault): the
+    file's check fails (exit 2) with it, the other files are still read, saved and notified."""
+    return (
+        f"{path}: gradwatch failed on this file ({type(error).__name__}: {error}); what came before is "
+        "still reported, the other files are checked. Please report it with the file's lines near the end"
+    )
+
+
 def no_format_message(path: Path | str, lines: int, fmt: str | None = None) -> str:
-    what = "is empty: no training records" if lines == 0 else f"has {lines} lines but no training records"
+    plural = "s" if lines != 1 else ""
+    what = "is empty: no training records" if lines == 0 else f"has {lines} line{plural} but no training records"
     if fmt is not None and lines:
         return f"{path}: {what} in format {fmt} (given with --format; without it every known format is tried)"
     stand_ins = ("deepspeed", "fp16_scaler")  # the auxiliary parsers whose records may be a file's

@@ -11,18 +11,19 @@ of each file; a shell glob's order (`slurm-9.out` after `slurm-10.out`) is no gu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gradwatch.config import Settings
+from gradwatch.detectors.resume_config import ResumeConfig, RunEnd
 from gradwatch.errors import InputError
 from gradwatch.parsers.stream import LogStream
-from gradwatch.pipeline import new_stream
+from gradwatch.pipeline import FileCheck, new_stream
 from gradwatch.records import columns_of
 from gradwatch.sources import archive
 
-__all__ = ["RunFile", "in_job_order"]
+__all__ = ["RunFile", "in_job_order", "run_left"]
 
 #: how much of a file's head is read for its first steps
 HEAD_BYTES = 16 << 20
@@ -51,6 +52,21 @@ def in_job_order(paths: Sequence[Path | None], settings: Settings, fmt: str | No
             job, start, interval = job + 1, first, _interval(heads[path])
         jobs[path] = job
     return sorted((RunFile(p, jobs.get(p, 0)) for p in paths), key=lambda f: f.job)
+
+
+def run_left(checks: Iterable[FileCheck]) -> RunEnd | None:
+    """Where the run was left by the files read so far (`tail` and `scan` with `--run`, when a
+    file of the run appears: the next job's `slurm-%j.out`): the end of the file that logged the
+    furthest step, against which the new file's first start is audited (a rank that starts late
+    continues the run alike). None: no file has logged a step, or no restart audit runs."""
+    audits = [
+        (c.summary.last_step, audit)
+        for c in checks
+        if c.summary.last_step is not None
+        for audit in c.detectors
+        if isinstance(audit, ResumeConfig)
+    ]
+    return max(audits, key=lambda found: found[0])[1].end() if audits else None
 
 
 def _interval(steps: tuple[int, ...]) -> int:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradwatch.alerts import Alert, Severity
+from gradwatch.commands.unknown_files import is_skipped, skipped_note
 from gradwatch.config import Settings
 from gradwatch.detectors.resume_config import RunEnd
 from gradwatch.errors import InputError, UsageError
@@ -17,6 +18,7 @@ from gradwatch.run_files import RunFile, in_job_order
 from gradwatch.sinks.progress import CheckProgress
 from gradwatch.sinks.report import Report
 from gradwatch.sources.archive import expand_paths
+from gradwatch.sources.exclude import Excludes
 from gradwatch.sources.stdin import STDIN
 from gradwatch.stragglers import stragglers
 
@@ -33,6 +35,8 @@ def run_check(
     jobs: int | None = None,
     previous: str | None = None,
     run: str | None = None,
+    exclude: Excludes | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> Report:
     """Check `paths` in order; `-` is standard input (a file named `-` is `./-`).
 
@@ -40,7 +44,9 @@ def run_check(
     log of the job before (`--previous`): each file's first start is a restart of the run it left.
     `run`: the files are one run of that name (`--run`): their alerts and incidents are the run's,
     a later job's file starts as a restart of the run (`run_files`), and a file that fell far
-    behind the others is a straggler.
+    behind the others is a straggler. `exclude`: files left out
+    (`--exclude`). A file that a folder or glob brought in, in no known format, is left out of the
+    report and named in one line to `note` (`commands.unknown_files`).
     """
     from gradwatch.parsers import new_parsers
     from gradwatch.workers import default_jobs
@@ -52,9 +58,11 @@ def run_check(
     report = Report(fail_on=fail_on)
     files: list[Path | None] = []  # None: standard input
     for arg in paths:
-        files += [None] if arg == "-" else expand_paths([arg])
+        files += [None] if arg == "-" else expand_paths([arg], exclude)
     if not files:
         raise InputError(f"no log files found in {', '.join(paths)}")
+    named = {Path(arg) for arg in paths}
+    skipped: list[str] = []  # files a walk found, in no known format
     before = None if previous is None else run_end(Path(previous), settings, fmt)
     ordered = in_job_order(files, settings, fmt) if run is not None and len(files) > 1 else _one_job(files)
     correlator = Correlator(settings.incidents, run)
@@ -77,8 +85,15 @@ def run_check(
                 previous=before if left is None else left[1],
                 on_end=_keep_end(ends, f.job),
             )
+            if is_skipped(path, named, summary, alerts, fmt):
+                skipped.append(name)
+                continue
             report.files.append(summary)
             found.setdefault((run or name, f.job), []).append(alerts)
+    if skipped and not report.files:
+        raise InputError(f"no log files in a known format in {', '.join(paths)}: {skipped_note(skipped)}")
+    if skipped and note is not None:
+        note(skipped_note(skipped))
     for per_file in found.values():
         correlator.add_all(in_run_order(per_file))
     if run is not None:

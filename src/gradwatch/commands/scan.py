@@ -16,33 +16,36 @@ from __future__ import annotations
 
 import os
 import shlex
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradwatch.alerts import Alert, Severity
+from gradwatch.commands.unknown_files import is_skipped, skipped_note
 from gradwatch.config import Settings
+from gradwatch.detectors.resume_config import RunEnd
 from gradwatch.detectors.stall import Stall
 from gradwatch.errors import InputError, UsageError
 from gradwatch.incidents import Correlator, Note, in_run_order
-from gradwatch.pipeline import FileCheck, FileSummary
+from gradwatch.pipeline import FileCheck, FileSummary, internal_error, no_format_message
+from gradwatch.run_files import run_left
 from gradwatch.sinks import prometheus
+from gradwatch.sinks.journal import Journal
 from gradwatch.sinks.outbox import CommandSink, Owed, Sink, WebhookSink, deliver, note_key
 from gradwatch.sinks.scan_report import FileRead, ScanReport
 from gradwatch.sinks.snapshot import SnapshotWriter
-from gradwatch.sinks.webhook import check_url
-from gradwatch.sources import checkpoint
+from gradwatch.sinks.webhook import DEADLINE_S, check_url
+from gradwatch.sources import checkpoint, rotation
 from gradwatch.sources.archive import CHUNK_BYTES, expand_paths, read_chunks
 from gradwatch.sources.checkpoint import FileState, ScanState
+from gradwatch.sources.exclude import Excludes
 from gradwatch.sources.fingerprint import Fingerprint
 from gradwatch.sources.lock import state_lock
+from gradwatch.stragglers import stragglers
 
 __all__ = ["ScanOptions", "run_scan", "scan_options"]
 
-#: Seconds a --notify-cmd may run per alert before it is killed.
-NOTIFY_TIMEOUT_S = 30.0
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -57,6 +60,8 @@ class ScanOptions:
     snapshots: SnapshotWriter | None = None
     #: the files are one run of this name (`--run`); None: each file is a run
     run: str | None = None
+    #: seconds one round of notifications may take in all (`--notify-timeout`)
+    notify_timeout_s: float = DEADLINE_S
 
 
 def run_scan(
@@ -64,24 +69,56 @@ def run_scan(
     settings: Settings,
     options: ScanOptions,
     warn: Callable[[str], None],
+    exclude: Excludes | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> ScanReport:
-    """Scan `paths` once; `warn` receives recoverable problems (one line each)."""
+    """Scan `paths` once, but the files `exclude` leaves out; `warn` receives recoverable problems
+    (one line each). A file that a folder or glob brought in, in no known format (yet), is left
+    out of the report and named in one line to `note` (`commands.unknown_files`)."""
     if "-" in paths:
         raise UsageError("scan resumes files where the last scan stopped, which standard input cannot do: use check -")
-    files = expand_paths(paths)
+    files = expand_paths(paths, exclude)
     if not files:
         raise InputError(f"no log files found in {', '.join(paths)}")
+    named = {Path(arg) for arg in paths}
+    skipped: list[str] = []  # files a walk found, in no known format
     report = ScanReport(fail_on=options.fail_on)
     with state_lock(options.state, options.lock_wait_s):
-        state = checkpoint.load(options.state, checkpoint.config_digest(settings), warn)
+        state = checkpoint.load(options.state, settings, warn)
+        journal = Journal.beside(options.state, warn)  # what was delivered, whatever the state lost
         now = time.time()
         correlator = state.incidents = state.incidents or Correlator(settings.incidents, options.run)
         found: dict[str, list[list[Alert]]] = {}
         notes: list[Note] = []
-        for path in files:
-            summary, alerts = _scan_file(path, state, settings, now, report, options.snapshots, notes)
+        matching = rotation.match(state.files, files)  # each saved file found again by identity
+        # (--run: where the files read before left the run, for a file of it that appears now)
+        left = None if options.run is None else run_left(fs.check for fs in state.files if fs.check is not None)
+        read = [(p, FileSummary(p, error=e), list[Alert]()) for p, e in matching.errors]
+        try:
+            for fs, opened, why in matching.reads:
+                try:
+                    summary, alerts = _scan_file(
+                        fs, opened, why, state, settings, now, report, options.snapshots, notes, left
+                    )
+                except Exception as e:  # a fault of ours on this file's content: the others are still scanned
+                    state.files.remove(fs)  # (a new file to the next scan: the others' states stay usable)
+                    read.append((opened.path, FileSummary(opened.path, error=internal_error(opened.path, e)), []))
+                    continue
+                if opened.scanned or alerts or report.reads[fs.key].new_bytes:  # (a rotated file: when it grew)
+                    read.append((opened.path, summary, alerts))
+        finally:
+            matching.close()
+        for path, summary, alerts in read:
+            if is_skipped(Path(path), named, summary, alerts):
+                skipped.append(path)
+                continue
             report.files.append(summary)
-            found.setdefault(options.run or str(path), []).append(sorted(alerts, key=Alert.sort_key))
+            found.setdefault(options.run or summary.path, []).append(sorted(alerts, key=Alert.sort_key))
+        if skipped and note is not None:
+            note(skipped_note(skipped))
+        if options.run is not None:
+            of_run = [fs.check.summary for fs, _, _ in matching.reads if fs.check is not None]
+            found.setdefault(options.run, []).append(_untold(stragglers(of_run, settings.stragglers), correlator))
         for per_file in found.values():
             for alert in in_run_order(per_file):
                 kept, told = correlator.add(alert)
@@ -91,13 +128,12 @@ def run_scan(
         notes += correlator.settle()
         changed = {a.incident for a in report.alerts} | {n.incident for n in notes}
         report.incidents = [inc for inc in correlator.incidents if inc.id in changed]
-        _queue(report.alerts, notes, state, options)
-        _forget_vanished(state)
+        _queue(report.alerts, notes, state, options, journal)
         if state.outbox and options.sinks:
             checkpoint.save(options.state, state)  # what is owed survives a crash during delivery
-            report.delivery = deliver(state.outbox, options.sinks)
+            report.delivery = deliver(state.outbox, options.sinks, journal, options.notify_timeout_s)
         report.owed = len(state.outbox)
-        checkpoint.save(options.state, state)
+        checkpoint.save(options.state, state, warn)
     for error in report.delivery.errors:
         warn(f"notification failed: {error}")
     if options.textfile is not None:
@@ -106,72 +142,67 @@ def run_scan(
 
 
 def _scan_file(
-    path: Path,
+    fs: FileState,
+    opened: rotation.Opened,
+    restarted: str | None,
     state: ScanState,
     settings: Settings,
     now: float,
     report: ScanReport,
     snapshots: SnapshotWriter | None,
     notes: list[Note],
+    left: RunEnd | None = None,
 ) -> tuple[FileSummary, list[Alert]]:
-    """Read what is new in one file; returns its summary and the alerts of this scan. Its batches
-    go to the incidents too; the notes of incidents they ended are added to `notes`."""
-    key = str(path)
-    fs = state.files.get(key) or FileState()
-    read = report.reads[key] = FileRead(offset=fs.offset)
+    """Read what is new in one file (from its start when `restarted` says why); returns its
+    summary and the alerts of this scan. Its batches go to the incidents too; the notes of
+    incidents they ended are added to `notes`. `left`: where the run was left, for a file read
+    from its start (the next job's log of a `--run`)."""
+    key, fd, st = fs.key, opened.fd, opened.st
+    read = report.reads.setdefault(key, FileRead(offset=fs.offset))
+    read.restarted = restarted or read.restarted
+    is_gzip = os.pread(fd, 2, 0) == _GZIP_MAGIC
+    if is_gzip and restarted is None and st.st_size != fs.offset:
+        read.restarted = restarted = "rewritten"  # a compressed log cannot be continued: read it again
+    if restarted is not None or fs.check is None:
+        fs.restart()
+        fs.check = FileCheck(key, settings, previous=left)
+    check = fs.check
+    if snapshots is not None:
+        snapshots.watch(check)
+    else:
+        check.evidence = None  # kept by an earlier scan with --snapshot-dir: no use now
+
+    def feed(chunk: bytes) -> list[Alert]:
+        found = check.feed(chunk)
+        return found if snapshots is None else snapshots.attach(check, found)
+
+    assert state.incidents is not None  # (made by run_scan)
+    observe = state.incidents.observe
+    check.on_batch = lambda batch: notes.extend(observe(key, batch))
+
+    check.summary.error = None
+    records_before = check.summary.records
+    alerts: list[Alert] = []
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        reason = "no such file" if isinstance(e, FileNotFoundError) else f"cannot read: {e.strerror or e}"
-        return FileSummary(key, error=f"{path}: {reason}"), []
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return FileSummary(key, error=f"{path}: not a regular file"), []
-        state.files[key] = fs
-        read.restarted = _why_restart(fs, fd, st)
-        is_gzip = os.pread(fd, 2, 0) == _GZIP_MAGIC
-        if is_gzip and read.restarted is None and st.st_size != fs.offset:
-            read.restarted = "rewritten"  # a compressed log cannot be continued: read it again
-        if read.restarted is not None:
-            fs.restart()
-            fs.check = FileCheck(key, settings)
-        check = fs.check
-        assert check is not None  # _why_restart says "new" when there is none
-        if snapshots is not None:
-            snapshots.watch(check)
-        else:
-            check.evidence = None  # kept by an earlier scan with --snapshot-dir: no use now
-
-        def feed(chunk: bytes) -> list[Alert]:
-            found = check.feed(chunk)
-            return found if snapshots is None else snapshots.attach(check, found)
-
-        assert state.incidents is not None  # (made by run_scan)
-        observe = state.incidents.observe
-        check.on_batch = lambda batch: notes.extend(observe(key, batch))
-
-        check.summary.error = None
-        records_before = check.summary.records
-        alerts: list[Alert] = []
-        try:
-            if not is_gzip:
-                alerts += _feed_range(fd, fs, feed, st.st_size, read)
-            elif read.restarted is not None:
-                for chunk in read_chunks(path):
-                    alerts += feed(chunk)
-                fs.offset = read.new_bytes = st.st_size
-        except (OSError, InputError) as e:
-            check.summary.error = str(e) if isinstance(e, InputError) else f"{path}: read failed: {e.strerror or e}"
-        fs.fingerprint = Fingerprint.of(fd)
-        check.on_batch = None  # (pickled with the state: no closures)
-    finally:
-        os.close(fd)
+        if not is_gzip:
+            alerts += _feed_range(fd, fs, feed, st.st_size, read)
+        elif restarted is not None:
+            for chunk in read_chunks(Path(opened.path)):
+                alerts += feed(chunk)
+            fs.offset = st.st_size
+            read.new_bytes += st.st_size
+    except (OSError, InputError) as e:
+        check.summary.error = str(e) if isinstance(e, InputError) else f"{opened.path}: read failed: {e.strerror or e}"
+    fs.fingerprint = Fingerprint.of(fd, 0 if is_gzip else fs.offset)
+    fs.path = opened.path
+    check.on_batch = None  # (saved with the state: no closures)
     read.offset = fs.offset
     summary = check.summary
     summary.format, summary.layout, summary.lines = check.stream.format, check.stream.layout, check.stream.lines
     if summary.records > records_before:
         fs.last_step, fs.last_step_at = summary.last_step, st.st_mtime
+    elif not summary.records and summary.error is None and not any(a.severity >= Severity.WARNING for a in alerts):
+        summary.error = no_format_message(summary.path, summary.lines)  # as `check` says (exit 2)
     stalled = _wall_clock_stall(check, fs, now)
     if snapshots is not None:
         alerts += snapshots.attach(check, stalled)
@@ -181,20 +212,10 @@ def _scan_file(
     return summary, alerts
 
 
-def _why_restart(fs: FileState, fd: int, st: os.stat_result) -> str | None:
-    """Why the open file cannot be continued from the saved offset; None when it can.
-
-    Another device or inode at the path is a new file (rotation by rename, delete and re-create);
-    the same inode, shorter than what was read or with other first bytes, was truncated and
-    written again (copytruncate).
-    """
-    if fs.check is None or fs.fingerprint is None:
-        return "new"
-    if not fs.fingerprint.names(st):
-        return "rotated"
-    if st.st_size < fs.offset or fs.fingerprint.recheck(fd) is None:
-        return "truncated"
-    return None
+def _untold(alerts: list[Alert], correlator: Correlator) -> list[Alert]:
+    """The alerts that no scan before raised: a rank still behind at the same step is told once."""
+    told = {(a.detector, a.path, a.step) for a in correlator.alerts}
+    return [a for a in alerts if (a.detector, a.path, a.step) not in told]
 
 
 def _feed_range(fd: int, fs: FileState, feed: Callable[[bytes], list[Alert]], end: int, read: FileRead) -> list[Alert]:
@@ -219,14 +240,15 @@ def _wall_clock_stall(check: FileCheck, fs: FileState, now: float) -> list[Alert
     return []
 
 
-def _queue(alerts: list[Alert], notes: list[Note], state: ScanState, options: ScanOptions) -> None:
+def _queue(alerts: list[Alert], notes: list[Note], state: ScanState, options: ScanOptions, journal: Journal) -> None:
     """Count every alert; owe each note of an incident at or above fail_on to every sink, once
-    (an end only where the incident was told)."""
+    (an end only where the incident was told), and never to a sink the journal says took it."""
+    by_key = {fs.key: fs for fs in state.files}
     for alert in alerts:
-        fs = state.files[alert.path or ""]
+        fs = by_key[alert.path or ""]
         counter = (alert.detector, str(alert.severity))
         fs.alerts[counter] = fs.alerts.get(counter, 0) + 1
-    told = {key.rsplit(" ", 2)[0] for key in state.notified}
+    told = {key.rsplit(" ", 2)[0] for key in state.notified} | journal.incidents()
     for note in notes:
         key = note_key(note)
         due = note.incident in told if note.event == "ended" else note.severity >= options.fail_on
@@ -234,20 +256,16 @@ def _queue(alerts: list[Alert], notes: list[Note], state: ScanState, options: Sc
             continue
         state.notified.add(key)
         told.add(note.incident)
-        if options.sinks:
-            state.outbox.append(Owed(note, {s.name for s in options.sinks}))
-
-
-def _forget_vanished(state: ScanState) -> None:
-    """A log that no longer exists needs no offset; what is still owed for it stays in the outbox."""
-    for path in [p for p in state.files if not os.path.lexists(p)]:
-        del state.files[path]
+        sinks = journal.owed_to(note, {s.name for s in options.sinks})
+        if sinks:
+            state.outbox.append(Owed(note, sinks))
 
 
 def _export(directory: Path, report: ScanReport, state: ScanState, now: float, warn: Callable[[str], None]) -> None:
     runs = []
+    by_key = {fs.key: fs for fs in state.files}
     for summary in report.files:
-        fs = state.files.get(summary.path)
+        fs = by_key.get(summary.path)
         if fs is None:
             continue
         runs.append(
@@ -275,6 +293,7 @@ def scan_options(
     lock_wait_s: float,
     snapshots: SnapshotWriter | None = None,
     run: str | None = None,
+    notify_timeout_s: float = DEADLINE_S,
 ) -> ScanOptions:
     """Turn the command line into options; a bad value fails here, before any log is read."""
     sinks: list[Sink] = []
@@ -285,7 +304,7 @@ def scan_options(
             raise UsageError(f"--notify-cmd {notify_cmd!r}: {e}") from None
         if not argv:
             raise UsageError("--notify-cmd is empty; give the command to run for each new alert")
-        sinks.append(CommandSink(argv, NOTIFY_TIMEOUT_S))
+        sinks.append(CommandSink(argv))
     if webhook is not None:
         check_url(webhook)
         sinks.append(WebhookSink(webhook, webhook_format))
@@ -297,4 +316,5 @@ def scan_options(
         lock_wait_s=lock_wait_s,
         snapshots=snapshots,
         run=run,
+        notify_timeout_s=notify_timeout_s,
     )

@@ -40,19 +40,21 @@ from pathlib import Path
 
 from gradwatch.alerts import Alert, Severity
 from gradwatch.config import Settings
-from gradwatch.detectors.resume_config import ResumeConfig, RunEnd
+from gradwatch.detectors.resume_config import RunEnd
 from gradwatch.detectors.stall import Stall
 from gradwatch.errors import ExitCode, UsageError
-from gradwatch.incidents import Correlator, Note
+from gradwatch.incidents import Correlator, Note, in_run_order
 from gradwatch.parsers.stream import Batch
-from gradwatch.pipeline import FileCheck, run_end
+from gradwatch.pipeline import FileCheck, internal_error, run_end
 from gradwatch.plugins import failures as plugin_failures
+from gradwatch.run_files import run_left
 from gradwatch.sinks import prometheus
 from gradwatch.sinks.metrics_http import MetricsServer
 from gradwatch.sinks.notify import run_command
 from gradwatch.sinks.snapshot import SnapshotWriter
 from gradwatch.sinks.tailing import Notice, TailSink, TailStatus, TailSummary, severity_counts
-from gradwatch.sources.follow import Follower
+from gradwatch.sources.exclude import Excludes
+from gradwatch.sources.follow import DEFAULT_ROTATE_WAIT_S, Follower
 from gradwatch.sources.stdin import STDIN, StdinFollower
 from gradwatch.sources.wake import Waker, choose_waker
 from gradwatch.stragglers import StragglerWatch
@@ -92,6 +94,12 @@ class TailOptions:
     run: str | None = None
     #: the log of the job before (`--previous`): each file's first start is a restart of its run
     previous: str | None = None
+    #: seconds a rotated file is read on after it last grew (`--rotate-wait`)
+    rotate_wait: float = DEFAULT_ROTATE_WAIT_S
+    #: text output of the alerts and errors alone (`--quiet`)
+    quiet: bool = False
+    #: globs of files never followed (`--exclude`)
+    exclude: tuple[str, ...] = ()
 
 
 def run_tail(opts: TailOptions, settings: Settings, clock: Callable[[], float] = time.time) -> ExitCode:
@@ -100,7 +108,7 @@ def run_tail(opts: TailOptions, settings: Settings, clock: Callable[[], float] =
     Raises:
         UsageError: an unknown format, an `--on-alert` command that cannot run, `-` beside other
             paths or with `--from-end`, an unusable `--snapshot-dir`, `--output live` without a terminal,
-            or a `--metrics-port` that cannot be served.
+            a `--metrics-port` that cannot be served, or `--quiet` with another output than text.
     """
     if "-" in opts.paths and len(opts.paths) > 1:
         raise UsageError("`-` (standard input) cannot be followed together with files: run one tail for each")
@@ -111,7 +119,7 @@ def run_tail(opts: TailOptions, settings: Settings, clock: Callable[[], float] =
 
         new_parsers(opts.fmt)  # raises UsageError naming the known formats
     argv = _command(opts.on_alert)
-    return _Tail(opts, settings, _sink(opts.output), argv, clock).run()
+    return _Tail(opts, settings, _sink(opts.output, opts.quiet), argv, clock).run()
 
 
 def _command(text: str | None) -> list[str] | None:
@@ -128,9 +136,11 @@ def _command(text: str | None) -> list[str] | None:
     return argv
 
 
-def _sink(output: str | None) -> TailSink:
+def _sink(output: str | None, quiet: bool) -> TailSink:
     tty = sys.stdout.isatty()
-    output = output or ("live" if tty else "text")
+    output = output or ("live" if tty and not quiet else "text")
+    if quiet and output != "text":
+        raise UsageError(f"--quiet is for --output text (a line per alert), not --output {output}")
     if output == "jsonl":
         from gradwatch.sinks.lines import JsonlSink
 
@@ -145,7 +155,7 @@ def _sink(output: str | None) -> TailSink:
         return LiveSink(stdout_console())
     from gradwatch.sinks.lines import TextSink
 
-    return TextSink(stdout_console())
+    return TextSink(stdout_console(), quiet)
 
 
 class _Tail:
@@ -175,6 +185,8 @@ class _Tail:
         self.paged: set[str] = set()  # incidents told to --on-alert: only they are told when they end
         self.stdin = StdinFollower(self._on_data) if opts.paths == ("-",) else None
         self.following = self.stdin is not None  # history is read (a pipe has none): alerts may run --on-alert
+        self.history: dict[str, list[Alert]] = {}  # the history's alerts per file, told once it is read
+        self.failed: set[str] = set()  # files gradwatch itself failed on: no longer judged
         self.reason: str | None = None  # why the run stops; None while it goes on
         self.last_data: float | None = None
         self.rate: deque[tuple[float, int]] = deque()
@@ -185,7 +197,14 @@ class _Tail:
         if self.stdin is not None:
             self.follower = self.waker = self.stdin
         else:
-            self.follower = Follower(list(opts.paths), self._on_data, self, from_end=opts.from_end)
+            self.follower = Follower(
+                list(opts.paths),
+                self._on_data,
+                self,
+                from_end=opts.from_end,
+                rotate_wait=opts.rotate_wait,
+                exclude=Excludes(opts.exclude),
+            )
             self.waker = choose_waker(opts.poll, self.follower.watch_dirs())
 
     # ---- FollowEvents ---------------------------------------------------------------------------
@@ -193,10 +212,12 @@ class _Tail:
         self.sink.notice(Notice("added", path))
 
     def file_rotated(self, path: str) -> None:
-        self.sink.notice(Notice("rotated", path, "old file read to its end; the new one is read from its start"))
+        detail = "the old file is read on until quiet for --rotate-wait; the new one from its start"
+        self.sink.notice(Notice("rotated", path, detail))
 
-    def file_truncated(self, path: str) -> None:
-        self.sink.notice(Notice("truncated", path, "read again from its start"))
+    def file_truncated(self, path: str, resumed_at: int) -> None:
+        detail = "read again from its start" if resumed_at == 0 else f"cut short: read on from byte {resumed_at:,}"
+        self.sink.notice(Notice("truncated", path, detail))
 
     def file_missing(self, path: str) -> None:
         self.sink.notice(Notice("missing", path, "waiting for it"))
@@ -240,6 +261,7 @@ class _Tail:
 
     def _follow(self) -> None:
         self.follower.poll(rescan=True)  # the history, in whole chunks
+        self._tell_history()
         self.following = True
         now = self.clock()
         self.waker.watch(self.follower.watch_dirs())
@@ -280,6 +302,7 @@ class _Tail:
         self._close_checks()
 
     def _close_checks(self) -> None:
+        self._tell_history()  # (Ctrl-C while the history was read)
         for check in self.checks.values():
             self._dispatch(self._evidenced(check, check.close()))
             if self.snapshots is not None:
@@ -303,9 +326,15 @@ class _Tail:
         code = self._exit_code()
         self.sink.close(TailSummary(files, dict(self.counts), int(code), self.reason or "error"))
 
+    def _run_left(self) -> RunEnd | None:
+        """With --run, where the run was left when a file of it appears while following."""
+        if not self.following or self.opts.run is None:
+            return None
+        return run_left(self.checks.values())
+
     def _exit_code(self) -> ExitCode:
-        """As the process exits: 2 where a plugin failed (`cli.main`), else by the alerts."""
-        if plugin_failures.any_failed():
+        """As the process exits: 2 where a plugin or gradwatch itself failed on a file, else by the alerts."""
+        if plugin_failures.any_failed() or self.failed:
             return ExitCode.USAGE
         level = self.exit_level if self.exit_level is not None else Severity.WARNING
         return ExitCode.ALERTS if any(a.severity >= level for a in self.alerts) else ExitCode.OK
@@ -314,22 +343,9 @@ class _Tail:
     def _on_data(self, path: str, data: bytes) -> None:
         if self.reason is not None and self.reason != "interrupted":
             return  # --exit-on fired earlier in this read: nothing more is judged (after Ctrl-C, what was written is)
+        if path in self.failed:
+            return
         check = self.checks.get(path)
-    def _run_left(self) -> RunEnd | None:
-        """With --run, where the run was left when a file of it appears while following (the
-        next job's `slurm-%j.out`): the end of its file that logged the furthest step, against
-        which the new file's first start is audited (a rank that starts late continues it alike)."""
-        if not self.following or self.opts.run is None:
-            return None
-        audits = [
-            (c.summary.last_step, audit)
-            for c in self.checks.values()
-            if c.summary.last_step is not None
-            for audit in c.detectors
-            if isinstance(audit, ResumeConfig)
-        ]
-        return max(audits, key=lambda found: found[0])[1].end() if audits else None
-
         if check is None:
             check = self.checks[path] = FileCheck(
                 path,
@@ -345,7 +361,25 @@ class _Tail:
                 detail = "gzip-compressed: tail follows plain text logs; `gradwatch check` reads it"
                 self.sink.notice(Notice("unreadable", path, detail))
         self.last_data = self.clock()
-        self._dispatch(self._evidenced(check, check.feed(data)))
+        try:
+            found = self._evidenced(check, check.feed(data))
+        except Exception as e:  # a fault of ours on this file's content: the other files are still followed
+            self.failed.add(path)
+            self.sink.notice(Notice("unreadable", path, internal_error(path, e)))
+            return
+        if not self.following:
+            self.history.setdefault(path, []).extend(found)
+            return
+        self._dispatch(found)
+        self._tell(self.correlator.settle())
+
+    def _tell_history(self) -> None:
+        """The alerts of what the files held when the tail started, in step order across the
+        files (each file's in line order), as `check` tells them: not file after file, chunk
+        after chunk."""
+        per_file = [sorted(found, key=Alert.sort_key) for found in self.history.values()]
+        self.history.clear()
+        self._dispatch(in_run_order(per_file), in_order=True)
         self._tell(self.correlator.settle())
 
     def _evidenced(self, check: FileCheck, alerts: list[Alert]) -> list[Alert]:
@@ -359,8 +393,8 @@ class _Tail:
         self.sink.batch(self.checks[path], batch)
         self._tell(self.correlator.observe(path, batch))
 
-    def _dispatch(self, alerts: list[Alert]) -> None:
-        for found in sorted(alerts, key=Alert.sort_key):  # (line order, as check groups them)
+    def _dispatch(self, alerts: list[Alert], in_order: bool = False) -> None:
+        for found in alerts if in_order else sorted(alerts, key=Alert.sort_key):  # (line order, as check groups them)
             alert, notes = self.correlator.add(found)
             if alert is None:
                 continue  # another rank's copy of an alert already shown: that one names this file now

@@ -99,7 +99,7 @@ class Nonfinite(Detector):
                     value,
                     None,
                     None,
-                    f"{what} at step {steps[pos]}",
+                    what,  # (the step is the alert's own: reports show it beside the message)
                     _HINT,
                 )
             )

@@ -96,7 +96,7 @@ class TrainerError(Detector):
             None,
             None,
             None,
-            f"training went on after the error, at step {step}",
+            "training went on after the error",  # (at the alert's step, shown beside it)
             "the error was caught or the job restarted: check that the run is where it should be",
         )
 
@@ -106,9 +106,9 @@ class TrainerError(Detector):
         if self._ended_at is not None:
             message = f"error after the run ended: {short}"
             return self.alert(Severity.WARNING, step, ev.line, None, None, None, None, message, _HINT_AFTER_END)
-        at = f"at step {step}" if step is not None and step >= 0 else "before the first step"
+        at = "" if step is not None and step >= 0 else " before the first step"  # (a step is shown beside it)
         return self.alert(
-            Severity.CRITICAL, step, ev.line, None, None, None, None, f"trainer error {at}: {short}", _HINT
+            Severity.CRITICAL, step, ev.line, None, None, None, None, f"trainer error{at}: {short}", _HINT
         )
 
 

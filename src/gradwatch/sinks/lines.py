@@ -3,7 +3,8 @@
 Both are written as things happen and flushed at once, because something downstream (a pager
 script, `jq`, a log collector) is waiting for them. Text goes through rich `Text` objects (never
 markup) after `safe_text`, so a log line cannot style or drive the terminal; colour follows rich's
-rules (none when piped, none with NO_COLOR). JSON escapes control characters by itself.
+rules (none when piped, none with NO_COLOR) unless `--color` says otherwise. JSON escapes control
+characters by itself.
 """
 
 from __future__ import annotations
@@ -54,18 +55,25 @@ def incident_line(note: Note, at: float | None = None) -> Text:
     return t
 
 
-class TextSink:
-    """A line per alert and notice; a status line at start and every `--status-every` seconds."""
+#: Notices that say something went wrong: `--quiet` keeps them.
+_PROBLEMS = frozenset({"unreadable", "on-alert failed", "snapshot failed"})
 
-    def __init__(self, console: Console) -> None:
+
+class TextSink:
+    """A line per alert and notice; a status line at start and every `--status-every` seconds.
+    `quiet`: the alerts and the notices of problems only (nothing while all is well)."""
+
+    def __init__(self, console: Console, quiet: bool = False) -> None:
         self._console = console
+        self._quiet = quiet
 
     def _line(self, text: Text) -> None:
         self._console.print(text, soft_wrap=True)
         self._console.file.flush()
 
     def start(self, status: TailStatus) -> None:
-        self._line(Text(f"following: {safe_text(str(status))}", style="dim"))
+        if not self._quiet:
+            self._line(Text(f"following: {safe_text(str(status))}", style="dim"))
 
     def batch(self, check: FileCheck, batch: Batch) -> None:
         pass
@@ -74,18 +82,22 @@ class TextSink:
         self._line(alert_line(alert))
 
     def incident(self, note: Note) -> None:
-        self._line(incident_line(note))
+        if not self._quiet:
+            self._line(incident_line(note))
 
     def notice(self, notice: Notice) -> None:
-        style = "yellow" if notice.kind in ("unreadable", "on-alert failed", "snapshot failed") else "dim"
-        self._line(Text(time.strftime("%H:%M:%S ", time.localtime(notice.at)) + safe_text(str(notice)), style=style))
+        problem = notice.kind in _PROBLEMS
+        if problem or not self._quiet:
+            line = time.strftime("%H:%M:%S ", time.localtime(notice.at)) + safe_text(str(notice))
+            self._line(Text(line, style="yellow" if problem else "dim"))
 
     def status(self, status: TailStatus, periodic: bool) -> None:
-        if periodic:
+        if periodic and not self._quiet:
             self._line(Text(time.strftime("%H:%M:%S ") + safe_text(str(status)), style="dim"))
 
     def close(self, summary: TailSummary) -> None:
-        self._line(Text(safe_text(str(summary))))
+        if not self._quiet:
+            self._line(Text(safe_text(str(summary))))
 
 
 class JsonlSink:

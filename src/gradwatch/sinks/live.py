@@ -1,7 +1,8 @@
 """The live view of `gradwatch tail`: a full-screen rich `Live` that redraws as the log grows.
 
-Top to bottom: a header (file, format, step/total and ETA when the trainer prints the total),
-one row per key metric (latest value, a sparkline of the recent window, a colour for its state),
+Top to bottom: per file, a header (file, format, step/total and ETA when the trainer prints the
+total) and one row per key metric (latest value, a sparkline of the recent window, a colour for its
+state), as many files as leave the alerts a few rows (the most recently active ones); then
 the alerts panel (newest first, each with its hint), the latest file notice, and the status line
 (how following works, lines/s, age of the last data). Everything is laid out from the terminal's
 size at each redraw, so it fits 80x24 and follows resizes. Log content reaches the screen only
@@ -53,6 +54,8 @@ _UNITS = {"tflops": "TFLOP/s", "tps": "tok/s", "step_time_s": "s/step"}
 _BARS = "▁▂▃▄▅▆▇█"
 #: Shortest interval between two redraws for new data (an alert or a notice redraws at once).
 _MIN_REDRAW_S = 0.2
+#: Rows the alerts panel keeps when several files' blocks ask for the screen (borders included).
+_MIN_PANEL_ROWS = 6
 
 
 def sparkline(values: Iterable[float], width: int, log: bool = False) -> Text:
@@ -119,6 +122,8 @@ class _FileState:
     format: str | None = None
     total: int | None = None
     last_step: int | None = None
+    #: when it last produced records (the view's count of such batches): the most recent are shown
+    active: int = 0
 
 
 class LiveView:
@@ -126,7 +131,7 @@ class LiveView:
 
     def __init__(self) -> None:
         self.files: dict[str, _FileState] = {}
-        self.current: str | None = None  # the file that last produced records
+        self._batches = 0  # batches with records so far: the clock of `_FileState.active`
         self.alerts: deque[tuple[float, Alert]] = deque(maxlen=200)
         self.notice: Notice | None = None
         self.status: TailStatus | None = None
@@ -139,15 +144,19 @@ class LiveView:
         if check.summary.last_step is not None:
             state.last_step = check.summary.last_step
         if len(batch.records):
-            self.current = check.summary.path
+            self._batches += 1
+            state.active = self._batches
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = options.max_width
         height = options.height or options.max_height
-        state = self.files.get(self.current or "", _FileState())
-        yield self._header(state, width)
-        yield self._metrics(state, width)
-        panel_rows = height - 1 - len(ROWS) - 2
+        block_rows = 1 + len(ROWS)
+        shown = self._shown(max(1, (height - 2 - _MIN_PANEL_ROWS) // block_rows))
+        for n, path in enumerate(shown):
+            state = self.files.get(path, _FileState())
+            yield self._header(path, state, width, first=n == 0, hidden=len(self.files) - len(shown))
+            yield self._metrics(path, state, width)
+        panel_rows = height - len(shown) * block_rows - 2
         if panel_rows >= 3:
             yield Panel(
                 self._alert_lines(panel_rows - 2, hints=panel_rows >= 8),
@@ -170,13 +179,24 @@ class LiveView:
         files = f"{s.files} file{'s' if s.files != 1 else ''}"
         return safe_text(f"{s.mode} · {files} · {s.lines_per_s:.1f} lines/s · {idle} · Ctrl-C stops")
 
-    def _header(self, state: _FileState, width: int) -> Text:
-        """`gradwatch tail FILE (+N files)  FORMAT  step N/TOTAL (P%)  ETA T`; a long path gives
+    def _shown(self, room: int) -> list[str]:
+        """The files whose blocks are drawn, in the order they were added: all of them when
+        `room` blocks fit, else the most recently active ("" while there is none)."""
+        if not self.files:
+            return [""]
+        paths = list(self.files)
+        if len(paths) <= room:
+            return paths
+        recent = set(sorted(paths, key=lambda p: self.files[p].active)[-room:])
+        return [p for p in paths if p in recent]
+
+    def _header(self, path: str, state: _FileState, width: int, first: bool, hidden: int) -> Text:
+        """`gradwatch tail FILE (+N files)  FORMAT  step N/TOTAL (P%)  ETA T` (below the first
+        file's block, its FILE and the rest only; N: the files not drawn); a long path gives
         way (cut on the left: the file name matters most) so that the run's progress stays."""
         right = Text()
-        others = len(self.files) - 1
-        if others > 0:
-            right.append(f" (+{others} file{'s' if others > 1 else ''})", style="dim")
+        if first and hidden > 0:
+            right.append(f" (+{hidden} file{'s' if hidden > 1 else ''})", style="dim")
         if state.format:
             right.append(f"  {state.format}", style="dim")
         if state.last_step is not None:
@@ -187,16 +207,17 @@ class LiveView:
                 if eta is not None:
                     right.append(f"  ETA {_duration(eta)}")
         t = Text(no_wrap=True, overflow="ellipsis")
-        t.append("gradwatch tail ", style="bold")
-        path = safe_text(self.current or "waiting for data")
+        if first:
+            t.append("gradwatch tail ", style="bold")
+        name = safe_text(path or "waiting for data")
         room = max(12, width - len(t) - len(right))
-        if len(path) > room:
-            path = "…" + path[-(room - 1) :]
-        t.append(path, style="bold cyan")
+        if len(name) > room:
+            name = "…" + name[-(room - 1) :]
+        t.append(name, style="bold cyan")
         t.append_text(right)
         return t
 
-    def _metrics(self, state: _FileState, width: int) -> Table:
+    def _metrics(self, path: str, state: _FileState, width: int) -> Table:
         table = Table.grid(padding=(0, 1))
         table.add_column(width=10, no_wrap=True)
         table.add_column(width=11, justify="right", no_wrap=True)
@@ -210,7 +231,7 @@ class LiveView:
                 continue
             name, window = found
             values = [v for _, v in window]
-            latest = self._state(names, window)
+            latest = self._state(path, names, window)
             style = "green" if latest is None else SEVERITY_STYLE[latest]
             table.add_row(
                 Text(label, style=style),
@@ -220,14 +241,14 @@ class LiveView:
             )
         return table
 
-    def _state(self, names: tuple[str, ...], window: deque[tuple[int, float]]) -> Severity | None:
+    def _state(self, path: str, names: tuple[str, ...], window: deque[tuple[int, float]]) -> Severity | None:
         """The latest alert on these metrics within the window (a recovery is info); a blown-up
         latest value is critical."""
         if not math.isfinite(window[-1][1]):
             return Severity.CRITICAL
         first = window[0][0]
         for _, a in reversed(self.alerts):
-            if a.path == self.current and a.metric in names and (a.step is None or a.step >= first):
+            if a.path == path and a.metric in names and (a.step is None or a.step >= first):
                 return a.severity
         return None
 

@@ -118,7 +118,7 @@ class Report:
             error = _indent(Text(safe_text(f.error or "no training metrics found"), style="red"))
             return Group(head, error, *([_indent(_alert_list(alerts, labels))] if alerts else []), Text(""))
         steps = f"steps {f.first_step:,}-{f.last_step:,}" if f.first_step is not None else "no steps"
-        head.append(f"  {f.format_text}  {f.records:,} records  {steps}", style="dim")
+        head.append(f"  {f.format_text}  {f.records:,} record{'s' if f.records != 1 else ''}  {steps}", style="dim")
         body: list[RenderableType] = [head]
         if f.error:
             body.append(_indent(Text(safe_text(f.error), style="red")))
@@ -134,6 +134,17 @@ class Report:
             body.append(Text("  no alerts", style="green"))
         body.append(Text(""))
         return Group(*body)
+
+    def alerts_only(self) -> RenderableType | None:
+        """The alerts, each naming its file and line, and nothing else (`--quiet`); None when
+        there is none, so that nothing at all is printed."""
+        return _alert_list(self.alerts, {}) if self.alerts else None
+
+    def input_errors(self) -> list[str]:
+        """Why a file could not be read (missing, unreadable, no known format), one message each:
+        said on stderr whatever the output, so that a report redirected to a file still tells
+        the console."""
+        return [f.error for f in self.files if f.error]
 
     def _summary_line(self) -> Text:
         c = self.counts()
@@ -206,15 +217,17 @@ def _steps(first: int | None, end: int | None) -> str:
 
 
 def _alert_list(alerts: list[Alert], labels: dict[str, str]) -> RenderableType:
-    """One heading line per alert (severity, step, detector, incident; aligned), its text indented
+    """One heading line per alert (severity, `step N`, detector, incident; aligned), its text indented
     below at the terminal's full width: a table's last column left 40 of 80 columns to the text
     and folded the `file:line` that people copy."""
-    step_width = max(len(f"{a.step:,}") if a.step is not None else 0 for a in alerts)
+    digits = max((len(f"{a.step:,}") for a in alerts if a.step is not None), default=0)
+    width = digits + len("step ") if digits else 0
     parts: list[RenderableType] = []
     for a in alerts:
         heading = Text()
         heading.append(f"{a.severity!s:<8}", style=SEVERITY_STYLE[a.severity])
-        heading.append(f"  {'' if a.step is None else f'{a.step:,}':>{step_width}}  ")
+        step = "" if a.step is None else f"step {a.step:>{digits},}"
+        heading.append(f"  {step:<{width}}  ")
         heading.append(a.detector, style="bold")
         if a.incident in labels:
             heading.append(f"  {labels[a.incident]}", style="dim")

@@ -74,9 +74,13 @@ class TailStatus:
         idle = "no data yet" if self.idle_s is None else f"last data {_ago(self.idle_s)}"
         files = f"{self.files} file{'s' if self.files != 1 else ''}"
         return (
-            f"{self.mode} · {files} · {self.lines:,} lines ({self.lines_per_s:.1f}/s) · "
-            f"{self.records:,} records · {idle} · {counts_text(self.alerts)}"
+            f"{self.mode} · {files} · {_count(self.lines, 'line')} ({self.lines_per_s:.1f}/s) · "
+            f"{_count(self.records, 'record')} · {idle} · {counts_text(self.alerts)}"
         )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'s' if n != 1 else ''}"
 
 
 def _ago(seconds: float) -> str:
@@ -121,7 +125,7 @@ class TailSummary:
         records = sum(f.records for f in self.files)
         n = len(self.files)
         return (
-            f"tail stopped ({self.reason}): {n} file{'s' if n != 1 else ''}, {records:,} records; "
+            f"tail stopped ({self.reason}): {n} file{'s' if n != 1 else ''}, {_count(records, 'record')}; "
             f"{counts_text(self.alerts)} (exit {self.exit_code})"
         )
 
