@@ -37,6 +37,36 @@ def gradwatch_cmd() -> list[str]:
     return [sys.executable, "-m", "gradwatch"]
 
 
+#: `python -m gradwatch ARGS` that writes its own peak RSS (the kernel's VmHWM, KiB) at exit to the
+#: file `$GRADWATCH_TEST_PEAK_FILE` names. `os.wait4`'s ru_maxrss would not do: the kernel carries
+#: the high-water mark of the forked copy of the test process into the child across exec, so a
+#: child of a pytest that has grown to 400 MB "peaks" at 400 MB whatever it does.
+_PEAK_WRAPPER = """
+import atexit, os, re, runpy, sys
+def _report():
+    with open("/proc/self/status") as fh:
+        peak = re.search(r"VmHWM:\\s+(\\d+) kB", fh.read())
+    with open(os.environ["GRADWATCH_TEST_PEAK_FILE"], "w") as out:
+        out.write(peak.group(1) if peak else "")
+atexit.register(_report)
+sys.argv = ["gradwatch", *sys.argv[1:]]
+runpy.run_module("gradwatch", run_name="__main__")
+"""
+
+
+def measured_cmd(peak_file: Path) -> tuple[list[str], dict[str, str]]:
+    """The command prefix and environment that run `gradwatch ARGS` reporting its own peak RSS to
+    `peak_file` (read it with `peak_rss_mb`)."""
+    return [sys.executable, "-c", _PEAK_WRAPPER], {"GRADWATCH_TEST_PEAK_FILE": str(peak_file)}
+
+
+def peak_rss_mb(peak_file: Path) -> float:
+    """The peak RSS a `measured_cmd` run reported, in MiB."""
+    text = peak_file.read_text().strip() if peak_file.is_file() else ""
+    assert text, f"the measured gradwatch wrote no peak RSS to {peak_file} (it did not exit normally)"
+    return int(text) / 1024
+
+
 def run_cli(
     *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:

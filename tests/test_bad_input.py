@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.conftest import EXAMPLES, gradwatch_cmd, run_cli
+from tests.conftest import EXAMPLES, measured_cmd, peak_rss_mb, run_cli
 
 FORMATS_TRIED = ("megatron", "olmo", "hf_trainer", "torchtitan")
 #: Trainer errors that try to drive the terminal (escapes, a bell) and rich (markup).
@@ -344,16 +344,16 @@ def test_non_utf8_bytes_inside_megatron_lines_keep_the_records(zoo: Zoo, tmp_pat
 
 
 def _wait_with_rusage(args: list[str], stdout: Path, stderr: Path) -> tuple[int, int]:
-    """Run a command and return (exit code, peak RSS in bytes) of that very process (os.wait4)."""
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
+    """Run `gradwatch ARGS` and return (exit code, peak RSS in bytes) of that very process."""
+    peak_file = stdout.with_suffix(".peak")
+    measured, peak_env = measured_cmd(peak_file)
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", **peak_env}
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
-        proc = subprocess.Popen(args, stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss * 1024  # Linux reports KiB
+        code = subprocess.run([*measured, *args], stdout=out, stderr=err, env=env).returncode
+    return code, int(peak_rss_mb(peak_file) * (1 << 20))
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss units and os.wait4 checked on Linux")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak RSS read from /proc/self/status (Linux)")
 def test_50mb_line_without_newline_finishes_in_bounded_memory(tmp_path: Path) -> None:
     """A 50 MB line with no newline: the run finishes, memory stays bounded, the records before it count.
 
@@ -368,7 +368,7 @@ def test_50mb_line_without_newline_finishes_in_bounded_memory(tmp_path: Path) ->
                 fh.write(block)
         assert log.stat().st_size >= 50 << 20
     out, err = tmp_path / "out.json", tmp_path / "err.txt"
-    rc, peak = _wait_with_rusage([*gradwatch_cmd(), "check", "--output", "json", *map(str, logs)], out, err)
+    rc, peak = _wait_with_rusage(["check", "--output", "json", *map(str, logs)], out, err)
     assert "Traceback" not in err.read_text() + out.read_text()
     report = strict_json(out.read_text())
     assert rc == report["summary"]["exit_code"] == 2

@@ -1,6 +1,6 @@
 """The bad-input corpus of issue #27: inputs that crashed or hung gradwatch, each run through the real
 CLI in a subprocess, with the message and exit code it must end with, under a timeout (a hang
-fails the test) and with its peak RSS measured (`os.wait4`): under `MAX_RSS_MB` for every input.
+fails the test) and with its peak RSS measured (`conftest.measured_cmd`): under `MAX_RSS_MB` for every input.
 
 A poisoned line (a number of 5,000 digits, which `int()` refuses) is tried in each line shape
 that reads a number, amid a Megatron log: the line is dropped with a warning and the run reads on,
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gradwatch.parsers._text import MAX_DIGITS, holds_long_number
-from tests.conftest import gradwatch_cmd, real_samples
+from tests.conftest import gradwatch_cmd, measured_cmd, peak_rss_mb, real_samples
 from tests.test_bad_input import megatron_log
 
 #: Peak resident memory allowed to any run of the corpus.
@@ -41,27 +41,28 @@ class Run:
 
 def run_measured(args: list[str], cwd: Path, stdin: Path | None = None, timeout: float = TIMEOUT_S) -> Run:
     """`gradwatch ARGS` in a subprocess, with its peak RSS; killed (and the test failed) at `timeout`."""
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
-    out_path, err_path = cwd / ".stdout", cwd / ".stderr"
+    out_path, err_path, peak_path = cwd / ".stdout", cwd / ".stderr", cwd / ".peak"
+    measured, peak_env = measured_cmd(peak_path)
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", **peak_env}
     with (
         open(out_path, "wb") as out,
         open(err_path, "wb") as err,
         open(stdin or os.devnull, "rb") as given,
     ):
-        proc = subprocess.Popen([*gradwatch_cmd(), *args], cwd=cwd, env=env, stdin=given, stdout=out, stderr=err)
+        proc = subprocess.Popen([*measured, *args], cwd=cwd, env=env, stdin=given, stdout=out, stderr=err)
     deadline = time.monotonic() + timeout
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
         if pid:
             break
         if time.monotonic() > deadline:
             proc.kill()
-            os.wait4(proc.pid, 0)
+            os.waitpid(proc.pid, 0)
             pytest.fail(f"gradwatch {' '.join(args)} still ran after {timeout} s: a hang")
         time.sleep(0.05)
     proc.returncode = os.waitstatus_to_exitcode(status)
     run = Run(proc.returncode, out_path.read_text(errors="replace"), err_path.read_text(errors="replace"), 0.0)
-    run.peak_mb = usage.ru_maxrss / 1024
+    run.peak_mb = peak_rss_mb(peak_path)
     assert "Traceback" not in run.err + run.out, run.err[-3000:]
     assert run.peak_mb < MAX_RSS_MB, f"peak RSS {run.peak_mb:.0f} MB"
     return run
