@@ -522,7 +522,11 @@ class Shown:
         return box["x"] + (step - r0) / (r1 - r0) * box["width"], box["y"] + box["height"] / 2
 
     def hover(self, step: float) -> list[str]:
-        """The hover box's lines with the cursor at `step`: the step, then `name : value` per trace."""
+        """The hover box's lines with the cursor at `step`: the step, then `name : value` per trace.
+        The cursor leaves the panels first, so that the box read is not one still shown from before
+        (after a zoom, plotly redraws it where the cursor was)."""
+        self.page.mouse.move(1, 1)
+        self.page.wait_for_selector("#figure-1 .hoverlayer .legend", state="detached", timeout=10_000)
         self.page.mouse.move(*self.x_of(step))
         self.page.wait_for_selector("#figure-1 .hoverlayer .legend", timeout=10_000)
         return self.page.locator("#figure-1 .hoverlayer text").all_text_contents()
@@ -578,6 +582,8 @@ def test_hover_reads_every_panel_at_the_cursor_and_a_drag_zooms(browser: Any, tm
     shown.page.mouse.down()
     shown.page.mouse.move(x1, y, steps=8)
     shown.page.mouse.up()
+    drawn = "document.getElementById('figure-1')._fullLayout.xaxis.range"  # (once redrawn)
+    shown.page.wait_for_function(f"Math.abs({drawn}[0] - 8100) < 3 && Math.abs({drawn}[1] - 8200) < 3")
     lo, hi = shown.page.evaluate("document.getElementById('figure-1').layout.xaxis.range")
     assert lo == pytest.approx(8100, abs=2) and hi == pytest.approx(8200, abs=2)
     assert shown.hover(8150)[0] == "8,150"  # the hover still reads the steps once zoomed
