@@ -78,7 +78,7 @@ class Tail:
     def objs(self) -> list[Obj]:
         return [json.loads(line) for line in list(self.lines)]
 
-    def wait_for(self, pred: Callable[[Obj], bool], timeout: float = 10.0, what: str = "") -> Obj:
+    def wait_for(self, pred: Callable[[Obj], bool], timeout: float = 30.0, what: str = "") -> Obj:
         deadline = time.monotonic() + timeout
         while True:
             for obj in self.objs:
@@ -98,7 +98,7 @@ class Tail:
             o for o in self.objs if o["type"] == "alert" and o["detector"] == detector and o["severity"] == severity
         ]
 
-    def alert_at(self, step: int, timeout: float = 10.0) -> Obj:
+    def alert_at(self, step: int, timeout: float = 30.0) -> Obj:
         return self.wait_for(
             lambda o: o["type"] == "alert" and o["detector"] == "grad_norm_spike" and o["step"] == step,
             timeout,
@@ -145,7 +145,7 @@ def writer(log: Path, *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, str(WRITER), str(log), *args])
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
