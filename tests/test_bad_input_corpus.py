@@ -216,6 +216,18 @@ CORPUS = {
     "check of a folder with symlink loops": Case(lambda t: _looped(t, "check", "runs"), 0, "30 records"),
     "scan of ** over symlink loops": Case(
         lambda t: _looped(t, "scan", "runs/**/*.log", "--state", "st"), 0, "1 file checked"
+def restarting_log(records: int, every: int = 1) -> str:
+    """A Megatron log whose step goes back after every `every` records, `records` in all (a job
+    replaying from a checkpoint again and again): detectors that start over at each resume did
+    quadratic work on it (benchmarks/restarts.py times it)."""
+    lines = []
+    for i in range(records):
+        step = 1_000_000 + i % every - i // every
+        loss, grad = 3 + i % 7 / 100, 1 + i % 5 / 10
+        lines.append(f" iteration {step:8d}/ 9000000 | lm loss: {loss:.4f} | grad norm: {grad:.3f} |\n")
+    return "".join(lines)
+
+
     ),
     "report of ** over symlink loops": Case(
         lambda t: _looped(t, "report", "runs/**/*.log", "--out", "r.html"), 0, "1 log"
@@ -265,6 +277,9 @@ def test_bad_input_corpus(tmp_path: Path, name: str) -> None:
 
 def test_tail_of_a_folder_with_symlink_loops_starts_and_follows(tmp_path: Path) -> None:
     """`tail DIR` searched the loops for ever and never started."""
+    "a step going back at each of 20,000 records": Case(
+        _file("r.log", restarting_log(20_000).encode(), "check", "r.log"), 0, "20,000 records"
+    ),
     _looped(tmp_path)
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
     cmd = [*gradwatch_cmd(), "tail", "runs", "--poll", "0.2"]

@@ -122,9 +122,9 @@ class LossDivergence(Detector):
         prev_steps = np.concatenate([[self._last_step if self._last_step is not None else -1], steps[:-1]])
         cuts = np.flatnonzero(steps <= prev_steps).tolist()
         self._last_step = int(steps[-1])
-        bounds = [0, *cuts, len(v)]
+        bounds, resumes = [0, *cuts, len(v)], set(cuts)  # (a set: a batch may hold a resume at every record)
         for lo, hi in zip(bounds, bounds[1:], strict=False):
-            if lo in cuts:
+            if lo in resumes:
                 self._reset()
             if hi > lo:
                 alerts += self._segment(v[lo:hi], steps[lo:hi], lines[lo:hi])

@@ -16,6 +16,7 @@ training. The first `probe` records after it are compared with:
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -203,8 +204,10 @@ class ResumeRegression(Detector):
     def _judge(self, p: _Probe) -> Alert | None:
         cfg = self.config
         init = math.log(self._vocab or GPT2_VOCAB)
-        pre_loss = float(np.median(self._pre_loss)) if len(self._pre_loss) >= 3 else None
-        pre_grad = float(np.median(self._pre_grad)) if len(self._pre_grad) >= 3 else None
+        # (medians of at most `pre_window` floats: statistics' is 30x quicker than numpy's there, and
+        # a log that restarts at every other line judges as many probes as it has records)
+        pre_loss = statistics.median(self._pre_loss) if len(self._pre_loss) >= 3 else None
+        pre_grad = statistics.median(self._pre_grad) if len(self._pre_grad) >= 3 else None
         first_loss = p.losses[0] if p.losses else None
         first_grad = p.grads[0] if p.grads else None
         step = p.step or 0
@@ -253,7 +256,7 @@ class ResumeRegression(Detector):
                 f"level before ({pre_grad:.4g})",
             )
         if pre_grad is None and len(p.grads) >= 3:
-            rest = float(np.median(p.grads[1:]))
+            rest = statistics.median(p.grads[1:])
             falling = all(a > b for a, b in zip(p.grads, p.grads[1:], strict=False))
             if falling and rest > 0 and p.grads[0] >= cfg.transient_ratio * rest:
                 return self._alert(
