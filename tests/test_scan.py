@@ -146,7 +146,7 @@ def test_scans_of_a_growing_file_read_only_new_bytes_and_notify_each_incident_on
     assert all(a["env"] == [a["detector"], str(a["step"])] and a["path"] == str(log) and a["headline"] for a in got)
 
 
-def test_rotated_and_truncated_files_are_read_from_their_start(tmp_path: Path, full_log: bytes) -> None:
+def test_rotated_truncated_and_cut_short_files(tmp_path: Path, full_log: bytes) -> None:
     log, state, cut = tmp_path / "run.log", tmp_path / "state.json", cut_of(full_log)
     log.write_bytes(full_log[:cut])
     scan(str(log), state=state)
@@ -158,12 +158,19 @@ def test_rotated_and_truncated_files_are_read_from_their_start(tmp_path: Path, f
         ("rotated", len(full_log), 800)
     ]
 
-    with open(log, "r+b") as fh:  # copytruncate: same inode, emptied, written again (shorter)
+    back = full_log.index(b"\n", len(full_log) * 9 // 10) + 1
+    os.truncate(log, back)  # cut short in place (back to a checkpoint's line): nothing new to read
+    _, cut_short, _ = scan(str(log), state=state)
+    assert [(f["restarted"], f["new_bytes"], f["offset"]) for f in cut_short["files"]] == [("cut short", 0, back)]
+
+    later = full_log[cut_of(full_log) :]
+    later = later[later.index(b"\n") + 1 : later.index(b"\n", len(later) // 2) + 1]  # other lines, whole
+    with open(log, "r+b") as fh:  # copytruncate: same inode, emptied, the writer's next lines in it
         fh.truncate(0)
-        fh.write(full_log[: cut // 2])
+        fh.write(later)
     _, truncated, _ = scan(str(log), state=state)
     assert [(f["restarted"], f["new_bytes"], f["offset"]) for f in truncated["files"]] == [
-        ("truncated", cut // 2, cut // 2)
+        ("truncated", len(later), len(later))
     ]
 
     other = b"X" + full_log  # same inode, longer than what was read, other first bytes

@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +28,8 @@ from gradwatch.alerts import Alert
 from gradwatch.pipeline import FileCheck
 from gradwatch.state import StateError, dump, restore_check
 from tests.conftest import REPO, gradwatch_cmd, real_folders, run_cli
+from tests.rotation_harness import TOTAL_STEPS, ledger_config
+from tests.tail_writer import megatron_line
 
 FIXTURES = REPO / "tests" / "fixtures" / "scan_state_v2"
 SPEC = synth.RunSpec(
@@ -139,10 +143,37 @@ def copytruncate(log: Path) -> None:
         fh.truncate(0)
 
 
+def compress(log: Path, suffix: str = ".1") -> None:
+    """logrotate's `compress`: renamed, then compressed by the gzip program (the plain file goes)."""
+    rotated = log.with_name(log.name + suffix)
+    log.rename(rotated)
+    subprocess.run(["gzip", str(rotated)], check=True)
+
+
+def dateext_compress(log: Path) -> None:
+    compress(log, "-20240306")
+
+
 @pytest.mark.parametrize(
     ("rotate", "pattern"),
-    [(rename, "run.log"), (rename, "run.log*"), (copytruncate, "run.log"), (copytruncate, "run.log*")],
-    ids=["rename", "rename-glob-matches-rotated", "copytruncate", "copytruncate-glob-matches-copy"],
+    [
+        (rename, "run.log"),
+        (rename, "run.log*"),
+        (copytruncate, "run.log"),
+        (copytruncate, "run.log*"),
+        (compress, "run.log"),
+        (compress, "run.log*"),
+        (dateext_compress, "run.log"),
+    ],
+    ids=[
+        "rename",
+        "rename-glob-matches-rotated",
+        "copytruncate",
+        "copytruncate-glob-matches-copy",
+        "compress",
+        "compress-glob-matches-gz",
+        "dateext-compress",
+    ],
 )
 def test_a_rotation_between_two_scans_loses_and_doubles_nothing(
     tmp_path: Path, run_log: bytes, rotate: Any, pattern: str
@@ -170,21 +201,144 @@ def test_a_rotation_between_two_scans_loses_and_doubles_nothing(
     assert sent and len(sent) == len(set(sent)), sent  # each incident told once
 
 
-def test_a_file_deleted_and_created_again_is_read_from_its_start(tmp_path: Path, run_log: bytes) -> None:
+def test_a_file_deleted_and_created_again_is_read_where_it_differs(tmp_path: Path, run_log: bytes) -> None:
     """A new run in the old one's place: the same header (the same first bytes) and, likely, the
-    same inode number; it is read whole all the same, not from the old file's offset."""
+    same inode number. It is never read from the old file's offset: a new inode is read whole, and
+    the same inode is taken for the file rewritten in place (as `tail` takes it) and read from the
+    first line that is not what was read."""
     log = tmp_path / "run.log"
     other = tmp_path / "other.log"
     synth.write_log(other, synth.RunSpec(fmt="megatron-deepspeed", steps=600, seed=12))
     first, _, _ = thirds(run_log)
-    assert other.read_bytes()[:256] == first[:256]
+    new = other.read_bytes()
+    assert new[:256] == first[:256]
     log.write_bytes(first)
     scan(tmp_path, str(log), notify=False)
     log.unlink()
-    log.write_bytes(other.read_bytes())
+    log.write_bytes(new)
     _, two, _ = scan(tmp_path, str(log), notify=False)
-    assert read_bytes(two) == other.stat().st_size
-    assert [f["restarted"] for f in two["files"]] in (["rotated"], ["truncated"])  # (the inode reused or not)
+    shared = os.path.commonprefix([first, new])
+    shared = shared[: shared.rfind(b"\n") + 1]
+    restarted = [f["restarted"] for f in two["files"]]
+    assert (restarted, read_bytes(two)) in ((["rotated"], len(new)), (["cut short"], len(new) - len(shared)))
+
+
+@pytest.mark.parametrize("pattern", ["run.log", "run.log*"], ids=["path", "glob-matches-both"])
+def test_a_rotated_log_being_compressed_is_read_once(tmp_path: Path, run_log: bytes, pattern: str) -> None:
+    """gzip writes `log.1.gz` before it removes `log.1`: a scan in between reads the plain file on
+    and leaves its compressed copy; once the plain file is gone, its state finds the copy and reads
+    nothing of it again."""
+    log = tmp_path / "run.log"
+    first, second, third = thirds(run_log)
+    log.write_bytes(first)
+    _, one, _ = scan(tmp_path, str(tmp_path / pattern))
+    with open(log, "ab") as fh:
+        fh.write(second)
+    rotated = log.rename(log.with_name("run.log.1"))
+    subprocess.run(["gzip", "-k", str(rotated)], check=True)
+    log.write_bytes(third)
+    _, two, _ = scan(tmp_path, str(tmp_path / pattern))
+    rotated.unlink()
+    _, three, _ = scan(tmp_path, str(tmp_path / pattern))
+    assert (read_bytes(one) + read_bytes(two), read_bytes(three)) == (len(run_log), 0)
+
+
+def test_a_log_rotated_in_and_out_between_two_scans_is_read(tmp_path: Path, run_log: bytes) -> None:
+    """Two rotations between two scans: `run.log.2` was created and rotated away before any scan
+    saw it; written since the last scan began, it is read whole, between the other two."""
+    log = tmp_path / "run.log"
+    parts = thirds(run_log)
+    log.write_bytes(parts[0])
+    _, one, _ = scan(tmp_path, str(log))
+    log.rename(tmp_path / "run.log.1")
+    log.write_bytes(parts[1])
+    log.rename(tmp_path / "run.log.2")
+    log.write_bytes(parts[2])
+    _, two, _ = scan(tmp_path, str(log))
+    assert read_bytes(one) + read_bytes(two) == len(run_log)  # (run.log.2's bytes too)
+
+
+# ---- a log cut short in place ------------------------------------------------------------------
+def scan_counted(folder: Path, log: Path) -> tuple[dict[str, Any], list[int]]:
+    """`gradwatch scan` with the rotation harness's ledger plugin: (JSON report, steps its parser
+    produced in this scan, in order)."""
+    config, env = ledger_config(folder)
+    steps = folder / "steps.txt"
+    steps.unlink(missing_ok=True)
+    p = run_cli(
+        "scan", str(log), "--state", str(folder / "state.json"), "--config", str(config), "--output", "json", env=env
+    )
+    assert "Traceback" not in p.stderr and p.returncode in (0, 1), p.stderr
+    return json.loads(p.stdout), [int(s) for s in steps.read_text().split()] if steps.exists() else []
+
+
+def steps_log(steps: range, loss_times: float = 1.0) -> str:
+    """Megatron iteration lines (`tests.tail_writer`), their loss `loss_times` as high."""
+    lines = (megatron_line(s, total=TOTAL_STEPS) for s in steps)
+    return "".join(
+        re.sub(r"lm loss: (\S+)", lambda m: f"lm loss: {float(m[1]) * loss_times:.6E}", line) for line in lines
+    )
+
+
+def test_a_log_cut_back_a_few_lines_goes_on_at_the_exact_line(tmp_path: Path, run_log: bytes) -> None:
+    """A job cut its log back 40 lines (to a checkpoint's line) and logs on: what is still there is
+    not read again, what follows the cut is read (before: the whole log again, from its start)."""
+    log = tmp_path / "run.log"
+    first, second, third = thirds(run_log)
+    log.write_bytes(first + second)
+    _, one, _ = scan(tmp_path, str(log))
+    kept = len(first + second)
+    for _ in range(40):
+        kept = (first + second).rindex(b"\n", 0, kept - 1) + 1
+    os.truncate(log, kept)
+    with open(log, "ab") as fh:
+        fh.write(third)
+    _, two, _ = scan(tmp_path, str(log))
+    assert [(f["restarted"], f["new_bytes"]) for f in two["files"]] == [("cut short", len(third))]
+    told = {(a["detector"], a["step"]) for a in one["alerts"]}
+    assert told and not told & {(a["detector"], a["step"]) for a in two["alerts"]}
+    sent = notes_sent(tmp_path)
+    assert len(sent) == len(set(sent)), sent
+
+
+@pytest.mark.parametrize("banner", [True, False], ids=["restart-line", "no-restart-line"])
+def test_a_log_cut_back_far_loses_no_new_line_and_sees_the_resume(tmp_path: Path, banner: bool) -> None:
+    """Cut back 2,000 lines, past where the marks are at every line (in a gap between two marks):
+    a resumed job logs steps 2,001-2,200 again, its loss 10x higher. Every new step is read, once,
+    and the jump alerts. Of the lines read before, none is read again when the job wrote its
+    restart line (and resume_regression sees it); without one, only those of the gap before the
+    cut (`sources.resume`)."""
+    log = tmp_path / "run.log"
+    log.write_text(steps_log(range(1000, 4000)))
+    _, first = scan_counted(tmp_path, log)
+    assert first == list(range(1000, 4000))
+    with open(log, "r+b") as fh:
+        fh.truncate(len(steps_log(range(1000, 2001))))  # (the line of step 2,000 is the last one left)
+    restart = " loading checkpoint from /ckpt at iteration 2000\n" if banner else ""
+    with open(log, "a") as fh:
+        fh.write(restart + steps_log(range(2001, 2201), loss_times=10))
+    report, second = scan_counted(tmp_path, log)
+    again, new = second[:-200], second[-200:]
+    assert new == list(range(2001, 2201))
+    assert again == list(range(2001 - len(again), 2001)) and len(again) <= (0 if banner else 64), again
+    # (without a restart line the restart is seen at the mark, with the lines read again: the jump
+    # of the new lines is the spike detectors')
+    seen = {a["detector"] for a in report["alerts"] if a["step"] >= 2001}
+    assert "resume_regression" in seen if banner else seen & {"loss_spike", "resume_regression"}, report["alerts"]
+
+
+def test_a_log_cut_back_far_and_logging_on_reads_only_what_is_new(tmp_path: Path) -> None:
+    """Cut back 2,000 lines and logging on with new steps (no rollback): the lines of the gap
+    between two marks that were read before are not read again."""
+    log = tmp_path / "run.log"
+    log.write_text(steps_log(range(1000, 4000)))
+    scan_counted(tmp_path, log)
+    with open(log, "r+b") as fh:
+        fh.truncate(len(steps_log(range(1000, 2001))))
+    with open(log, "a") as fh:
+        fh.write(steps_log(range(5000, 5200)))
+    _, second = scan_counted(tmp_path, log)
+    assert second == list(range(5000, 5200))
 
 
 # ---- damaged and hostile state files ------------------------------------------------------------

@@ -17,8 +17,8 @@ import pytest
 
 from gradwatch import config
 from gradwatch.detectors import DETECTORS
-from gradwatch.sources.archive import expand_paths
 from gradwatch.sources.exclude import Excludes
+from gradwatch.sources.paths import expand
 from tests.conftest import gradwatch_cmd
 from tests.tail_writer import write_lines
 from tests.test_bad_input import megatron_log
@@ -110,7 +110,7 @@ def test_quiet_check_keeps_the_note_to_itself(logs: Path) -> None:
 def test_exclude_matches_names_folders_and_path_ends(logs: Path, globs: tuple[str, ...], left: list[str]) -> None:
     (logs / "old").mkdir()
     (logs / "old" / "train.log").write_text(megatron_log(50))
-    assert expand_paths([str(logs)], Excludes(globs)) == [logs.parent / f for f in left]
+    assert expand([str(logs)], Excludes(globs)).files == [logs.parent / f for f in left]
 
 
 def test_exclude_on_check_scan_and_report(logs: Path, tmp_path: Path) -> None:

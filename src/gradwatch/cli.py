@@ -94,8 +94,8 @@ EXCLUDE_OPTION = click.option(
     "--exclude",
     multiple=True,
     metavar="GLOB",
-    help="Leave out files whose name, a folder on their path or the end of their path matches GLOB "
-    "(repeatable), e.g. --exclude '*.txt' --exclude old.",
+    help="Leave out files whose name, a folder on their path (from the directory or glob given on) or the "
+    "end of their path matches GLOB (repeatable), e.g. --exclude '*.txt' --exclude old.",
 )
 
 
@@ -349,7 +349,8 @@ def check(
     """Check archived logs and report what went wrong, where, and what to do.
 
     PATHS are log files (plain or .gz) or directories, searched recursively for
-    *.log *.txt *.out *.jsonl (and .gz); `-` reads standard input to its end.
+    *.log *.txt *.out *.jsonl (and .gz); `-` reads standard input to its end, and
+    a named pipe is read alike (it waits for a writer, as `cat` does).
 
     \b
     Exit codes:
@@ -504,7 +505,8 @@ def scan(
 ) -> None:
     """Scan logs once, reading only what was appended since the last scan (for cron).
 
-    PATHS are log files, directories or quoted globs, as for check. A rotated or
+    PATHS are log files, directories or quoted globs, as for check (a named pipe
+    is refused: scan reads files again where it left off). A rotated or
     truncated log is read again from its start. Alerts are grouped into incidents;
     each is notified when it opens, escalates and ends, once each; a failed
     notification is retried by the next scan.
@@ -671,7 +673,8 @@ def tail(
     hold is read first so that baselines are warm, then new lines as they come.
     Ctrl-C or SIGTERM stops with a summary. `-` alone reads standard input (a pipe
     from the training command) and stops with the summary at its end; `tee -p`
-    keeps the training alive if gradwatch exits first (--exit-on).
+    keeps the training alive if gradwatch exits first (--exit-on). A named pipe
+    alone is read alike, from when a writer opens it.
 
     \b
     Exit codes:
@@ -907,7 +910,7 @@ def report(
     from gradwatch.commands.report import run_report
     from gradwatch.sources.exclude import Excludes
 
-    drawn = run_report(list(paths), out_path, _settings(config_path), _split(metrics), Excludes(exclude))
+    drawn = run_report(list(paths), out_path, _settings(config_path), _split(metrics), Excludes(exclude), _note)
     for message in drawn.unread:
         click.echo(f"not drawn: {message}", err=True)
     alerts = sum(len(run.alerts) for run, _ in drawn.runs)

@@ -30,7 +30,7 @@ from gradwatch.plugins import guard, loader
 from gradwatch.records import METRICS, columns_of
 from gradwatch.sources import archive
 from gradwatch.sources.archive import read_chunks
-from gradwatch.sources.stdin import STDIN, read_stdin
+from gradwatch.sources.stdin import STDIN, read_log, say_on_stderr
 from gradwatch.spike_score import SpikeScore
 
 if TYPE_CHECKING:
@@ -247,14 +247,16 @@ def check_path(
     on_bytes: Callable[[int], None] | None = None,
     previous: RunEnd | None = None,
     on_end: Callable[[RunEnd], None] | None = None,
+    on_wait: Callable[[str], None] | None = say_on_stderr,
 ) -> tuple[FileSummary, list[Alert]]:
-    """Check one archived file, or all of standard input when `path` is None, from start to end.
+    """Check one archived file, or all of standard input when `path` is None (or of a named pipe),
+    from start to end.
 
     `on_batch` as in `FileCheck`; `snapshots` writes the evidence of each alert (and keeps the
     read in this process); `jobs` > 1 lets a large file be parsed by that many worker processes;
     `on_bytes` is told how many more bytes were read, as they are (progress bars); `previous` as
     in `FileCheck`; `on_end` is told where the file left its run (`run_end`), when the restart
-    audit ran.
+    audit ran; `on_wait` is told when a named pipe waits for a writer (`sources.stdin.read_log`).
     """
     advance = on_bytes or (lambda n: None)
     check = FileCheck(STDIN if path is None else str(path), settings, fmt, on_batch, previous)
@@ -269,7 +271,7 @@ def check_path(
         if snapshots is None and path is not None and workers.splittable(path, jobs):
             alerts += _read_split(check, path, jobs, advance)
         else:
-            chunks = read_stdin() if path is None else read_chunks(path, archive.CHUNK_BYTES)
+            chunks = read_log(path, archive.CHUNK_BYTES, on_wait)
             for chunk in chunks:
                 alerts += evidenced(check.feed(chunk))
                 advance(len(chunk))

@@ -22,6 +22,7 @@ from gradwatch.parsers.stream import LogStream
 from gradwatch.pipeline import FileCheck, new_stream
 from gradwatch.records import columns_of
 from gradwatch.sources import archive
+from gradwatch.sources.stdin import is_pipe
 
 __all__ = ["RunFile", "in_job_order", "run_left"]
 
@@ -74,8 +75,9 @@ def _interval(steps: tuple[int, ...]) -> int:
 
 
 def _first_steps(path: Path | None, settings: Settings, fmt: str | None) -> tuple[int, ...]:
-    """The first two steps logged in the head of `path` (fewer when it logs fewer)."""
-    if path is None:
+    """The first two steps logged in the head of `path` (fewer when it logs fewer). A named pipe
+    is not peeked at: what a look took from it would be gone for the read that follows."""
+    if path is None or is_pipe(path):
         return ()
     stream = new_stream(settings, fmt, str(path))
     steps: list[int] = []

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.commands.unknown_files import is_skipped, skipped_note
+from gradwatch.commands.unknown_files import is_skipped, nothing_found, skipped_note, special_note
 from gradwatch.config import Settings
 from gradwatch.detectors.resume_config import RunEnd
 from gradwatch.errors import InputError, UsageError
@@ -17,9 +17,9 @@ from gradwatch.pipeline import check_path, run_end
 from gradwatch.run_files import RunFile, in_job_order
 from gradwatch.sinks.progress import CheckProgress
 from gradwatch.sinks.report import Report
-from gradwatch.sources.archive import expand_paths
 from gradwatch.sources.exclude import Excludes
-from gradwatch.sources.stdin import STDIN
+from gradwatch.sources.paths import Expanded
+from gradwatch.sources.stdin import STDIN, is_pipe
 from gradwatch.stragglers import stragglers
 
 if TYPE_CHECKING:
@@ -38,7 +38,8 @@ def run_check(
     exclude: Excludes | None = None,
     note: Callable[[str], None] | None = None,
 ) -> Report:
-    """Check `paths` in order; `-` is standard input (a file named `-` is `./-`).
+    """Check `paths` in order, each file once; `-` is standard input (a file named `-` is `./-`),
+    a named pipe is read as it is, as a stream.
 
     `jobs`: worker processes for a large file (None: `workers.default_jobs()`). `previous`: the
     log of the job before (`--previous`): each file's first start is a restart of the run it left.
@@ -46,7 +47,9 @@ def run_check(
     a later job's file starts as a restart of the run (`run_files`), and a file that fell far
     behind the others is a straggler. `exclude`: files left out
     (`--exclude`). A file that a folder or glob brought in, in no known format, is left out of the
-    report and named in one line to `note` (`commands.unknown_files`).
+    report and named in one line to `note` (`commands.unknown_files`), and so are the named pipes,
+    sockets and devices they met (never opened); `note` is also told when a named pipe waits for
+    a writer.
     """
     from gradwatch.parsers import new_parsers
     from gradwatch.workers import default_jobs
@@ -57,10 +60,13 @@ def run_check(
         raise UsageError("`-` (standard input) can be given once")
     report = Report(fail_on=fail_on)
     files: list[Path | None] = []  # None: standard input
+    given = Expanded(exclude or Excludes())
     for arg in paths:
-        files += [None] if arg == "-" else expand_paths([arg], exclude)
+        files += [None] if arg == "-" else given.add(arg)
     if not files:
-        raise InputError(f"no log files found in {', '.join(paths)}")
+        raise nothing_found(paths, given.special)
+    if given.special and note is not None:
+        note(special_note(given.special))
     named = {Path(arg) for arg in paths}
     skipped: list[str] = []  # files a walk found, in no known format
     before = None if previous is None else run_end(Path(previous), settings, fmt)
@@ -71,7 +77,7 @@ def run_check(
     with CheckProgress() as progress:
         for f in ordered:
             path = f.path
-            progress.start_file(path)
+            progress.start_file(None if path is None or is_pipe(path) else path)  # (a pipe has no size)
             name = STDIN if path is None else str(path)
             left = ends.get(f.job - 1)
             summary, alerts = check_path(
@@ -84,6 +90,7 @@ def run_check(
                 on_bytes=progress.advance,
                 previous=before if left is None else left[1],
                 on_end=_keep_end(ends, f.job),
+                on_wait=note,
             )
             if is_skipped(path, named, summary, alerts, fmt):
                 skipped.append(name)

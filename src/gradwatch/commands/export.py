@@ -16,12 +16,13 @@ from gradwatch.export_rows import ExportRows
 from gradwatch.parsers.stream import BatchFacts, LogStream
 from gradwatch.pipeline import new_stream, no_format_message
 from gradwatch.sinks.records_file import SUFFIXES, RecordTable, open_records_file
-from gradwatch.sources.archive import read_chunks
+from gradwatch.sources.stdin import read_log
 
 
 def run_export(path: str, out_path: str, settings: Settings, fmt: str | None, configs: bool = False) -> tuple[int, str]:
     """Write the records of `path` to `out_path` (`configs`: its config events instead); return
-    how many rows, and how they were read (the format, with its layout where the parser says one)."""
+    how many rows, and how they were read (the format, with its layout where the parser says one).
+    A named pipe is read as a stream, to its end."""
     if path == "-" or Path(path).is_dir():
         what = "standard input" if path == "-" else f"{path}, a directory"
         raise UsageError(f"export reads one log file, not {what}")
@@ -55,7 +56,7 @@ class _Reading:
 
     def __iter__(self) -> Iterator[tuple[BatchFacts, dict[str, np.ndarray] | None]]:
         try:
-            for chunk in read_chunks(self.path):
+            for chunk in read_log(self.path):
                 self.stream.feed(chunk)
                 yield self.stream.take_columns()
         except InputError as e:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gradwatch.commands.unknown_files import nothing_found, special_note
 from gradwatch.config import Settings
 from gradwatch.errors import InputError, UsageError
 from gradwatch.plots import figure, panels
 from gradwatch.plots.output import output_kind, write_html
 from gradwatch.plots.series import RunSeries, collect
-from gradwatch.sources.archive import expand_paths
 from gradwatch.sources.exclude import Excludes
+from gradwatch.sources.paths import expand
 
 
 @dataclass
@@ -28,23 +30,28 @@ def run_report(
     settings: Settings,
     metrics: list[str] | None = None,
     exclude: Excludes | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> Drawn:
-    """Check each log, draw its panels with its alerts marked, and write `out_path`.
+    """Check each log (each file once; a named pipe as a stream), draw its panels with its alerts
+    marked, and write `out_path`.
 
     Every log that can be read is drawn; the others are listed (on the page, and returned). Only
-    when none can be drawn is it an error.
+    when none can be drawn is it an error. The named pipes, sockets and devices a folder or glob
+    met are never opened: `note` is told of them in one line.
     """
     kind = output_kind(out_path)
     chosen = panels.select(metrics)
     if "-" in paths:
         raise UsageError("report reads log files, not standard input: save the log first")
-    files = expand_paths(paths, exclude)
-    if not files:
-        raise InputError(f"no log files found in {', '.join(paths)}")
+    found = expand(paths, exclude)
+    if not found.files:
+        raise nothing_found(paths, found.special)
+    if found.special and note is not None:
+        note(special_note(found.special))
     wanted = {m for p in chosen for m in p.metrics}
     drawn = Drawn()
     first = 1
-    for path in files:
+    for path in found.files:
         try:
             run = collect(path, settings, wanted)
         except InputError as e:

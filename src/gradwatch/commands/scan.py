@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradwatch.alerts import Alert, Severity
-from gradwatch.commands.unknown_files import is_skipped, skipped_note
+from gradwatch.commands.unknown_files import is_skipped, nothing_found, skipped_note, special_note
 from gradwatch.config import Settings
 from gradwatch.detectors.resume_config import RunEnd
 from gradwatch.detectors.stall import Stall
@@ -36,17 +36,24 @@ from gradwatch.sinks.outbox import CommandSink, Owed, Sink, WebhookSink, deliver
 from gradwatch.sinks.scan_report import FileRead, ScanReport
 from gradwatch.sinks.snapshot import SnapshotWriter
 from gradwatch.sinks.webhook import DEADLINE_S, check_url
-from gradwatch.sources import checkpoint, rotation
-from gradwatch.sources.archive import CHUNK_BYTES, expand_paths, read_chunks
+from gradwatch.sources import checkpoint, resume, rotation
+from gradwatch.sources.archive import CHUNK_BYTES, read_chunks
 from gradwatch.sources.checkpoint import FileState, ScanState
 from gradwatch.sources.exclude import Excludes
-from gradwatch.sources.fingerprint import Fingerprint
+from gradwatch.sources.fingerprint import HEAD_BYTES, Fingerprint
 from gradwatch.sources.lock import state_lock
+from gradwatch.sources.marks import Marks
+from gradwatch.sources.paths import expand
+from gradwatch.sources.stdin import is_pipe
 from gradwatch.stragglers import stragglers
 
 __all__ = ["ScanOptions", "run_scan", "scan_options"]
 
-_GZIP_MAGIC = b"\x1f\x8b"
+#: Why a named pipe given to scan is not read.
+PIPE_REFUSED = (
+    "is a named pipe: scan reads files again where the last scan stopped, which a pipe cannot do "
+    "(nothing was read from it); read it with `gradwatch check` or `gradwatch tail`"
+)
 
 
 @dataclass
@@ -74,12 +81,16 @@ def run_scan(
 ) -> ScanReport:
     """Scan `paths` once, but the files `exclude` leaves out; `warn` receives recoverable problems
     (one line each). A file that a folder or glob brought in, in no known format (yet), is left
-    out of the report and named in one line to `note` (`commands.unknown_files`)."""
+    out of the report and named in one line to `note` (`commands.unknown_files`), and so are the
+    named pipes, sockets and devices they met. A named pipe named is refused (`PIPE_REFUSED`):
+    it is never opened, scan reads files again where it left off."""
     if "-" in paths:
         raise UsageError("scan resumes files where the last scan stopped, which standard input cannot do: use check -")
-    files = expand_paths(paths, exclude)
-    if not files:
-        raise InputError(f"no log files found in {', '.join(paths)}")
+    given = expand(paths, exclude)
+    if not given.files:
+        raise nothing_found(paths, given.special)
+    pipes = [str(f) for f in given.files if is_pipe(f)]
+    files = [f for f in given.files if str(f) not in pipes]
     named = {Path(arg) for arg in paths}
     skipped: list[str] = []  # files a walk found, in no known format
     report = ScanReport(fail_on=options.fail_on)
@@ -90,10 +101,12 @@ def run_scan(
         correlator = state.incidents = state.incidents or Correlator(settings.incidents, options.run)
         found: dict[str, list[list[Alert]]] = {}
         notes: list[Note] = []
-        matching = rotation.match(state.files, files)  # each saved file found again by identity
+        matching = rotation.match(state.files, files, since=state.scanned_at)  # each saved file found again by identity
+        state.scanned_at = now
         # (--run: where the files read before left the run, for a file of it that appears now)
         left = None if options.run is None else run_left(fs.check for fs in state.files if fs.check is not None)
         read = [(p, FileSummary(p, error=e), list[Alert]()) for p, e in matching.errors]
+        read += [(p, FileSummary(p, error=f"{p}: {PIPE_REFUSED}"), []) for p in pipes]
         try:
             for fs, opened, why in matching.reads:
                 try:
@@ -116,6 +129,8 @@ def run_scan(
             found.setdefault(options.run or summary.path, []).append(sorted(alerts, key=Alert.sort_key))
         if skipped and note is not None:
             note(skipped_note(skipped))
+        if given.special and note is not None:
+            note(special_note(given.special))
         if options.run is not None:
             of_run = [fs.check.summary for fs, _, _ in matching.reads if fs.check is not None]
             found.setdefault(options.run, []).append(_untold(stragglers(of_run, settings.stragglers), correlator))
@@ -160,8 +175,8 @@ def _scan_file(
     key, fd, st = fs.key, opened.fd, opened.st
     read = report.reads.setdefault(key, FileRead(offset=fs.offset))
     read.restarted = restarted or read.restarted
-    is_gzip = os.pread(fd, 2, 0) == _GZIP_MAGIC
-    if is_gzip and restarted is None and st.st_size != fs.offset:
+    is_gzip = opened.gzip
+    if is_gzip and restarted is None and st.st_size != fs.offset and not opened.compressed:
         read.restarted = restarted = "rewritten"  # a compressed log cannot be continued: read it again
     if restarted is not None or fs.check is None:
         fs.restart()
@@ -172,8 +187,14 @@ def _scan_file(
     else:
         check.evidence = None  # kept by an earlier scan with --snapshot-dir: no use now
 
+    cut = opened.cut  # (cut short in place: what its first lines held before is not fed again)
+    if cut is not None:
+        read.restarted = "cut short"
+
     def feed(chunk: bytes) -> list[Alert]:
-        found = check.feed(chunk)
+        nonlocal cut
+        found = check.feed(chunk) if cut is None else resume.feed_after_cut(check, chunk, cut, fs.last_step)
+        cut = None
         return found if snapshots is None else snapshots.attach(check, found)
 
     assert state.incidents is not None  # (made by run_scan)
@@ -183,17 +204,23 @@ def _scan_file(
     check.summary.error = None
     records_before = check.summary.records
     alerts: list[Alert] = []
+    head = os.pread(fd, HEAD_BYTES, 0)  # (what the file held as it is read: it may be truncated meanwhile)
+    last = bytearray(os.pread(fd, min(fs.offset, HEAD_BYTES), max(0, fs.offset - HEAD_BYTES)))
+    seen = fs.fingerprint  # (cut short or rewritten since it was found: left as it is, the next scan sees how)
+    changed = not is_gzip and cut is None and seen is not None and not seen.holds(fd, fs.offset)
     try:
-        if not is_gzip:
-            alerts += _feed_range(fd, fs, feed, st.st_size, read)
-        elif restarted is not None:
-            for chunk in read_chunks(Path(opened.path)):
+        if cut is not None:
+            alerts += resume.end_torn_line(check)
+        if not is_gzip and not changed:
+            alerts += _feed_range(fd, fs, feed, st.st_size, read, last)
+        elif restarted is not None or opened.compressed:  # (compressed: read on from where it was read plain)
+            for chunk in read_chunks(Path(opened.path), start=fs.offset):
                 alerts += feed(chunk)
-            fs.offset = st.st_size
-            read.new_bytes += st.st_size
+                read.new_bytes += len(chunk)
+            fs.offset, fs.marks = st.st_size, Marks(st.st_size)  # (a gzip file's offset: its size)
     except (OSError, InputError) as e:
         check.summary.error = str(e) if isinstance(e, InputError) else f"{opened.path}: read failed: {e.strerror or e}"
-    fs.fingerprint = Fingerprint.of(fd, 0 if is_gzip else fs.offset)
+    fs.fingerprint = Fingerprint.of(fd) if is_gzip else seen if changed else Fingerprint.of_read(st, head, last)
     fs.path = opened.path
     check.on_batch = None  # (saved with the state: no closures)
     read.offset = fs.offset
@@ -218,16 +245,22 @@ def _untold(alerts: list[Alert], correlator: Correlator) -> list[Alert]:
     return [a for a in alerts if (a.detector, a.path, a.step) not in told]
 
 
-def _feed_range(fd: int, fs: FileState, feed: Callable[[bytes], list[Alert]], end: int, read: FileRead) -> list[Alert]:
-    """Feed the bytes from the saved offset to `end` (the size when the scan looked)."""
+def _feed_range(
+    fd: int, fs: FileState, feed: Callable[[bytes], list[Alert]], end: int, read: FileRead, last: bytearray
+) -> list[Alert]:
+    """Feed the bytes from the saved offset to `end` (the size when the scan looked), marking
+    where they were (`sources.marks`); `last` is left holding the last bytes read."""
     alerts: list[Alert] = []
     while fs.offset < end:
         chunk = os.pread(fd, min(CHUNK_BYTES, end - fs.offset), fs.offset)
         if not chunk:
             break
         alerts += feed(chunk)
+        fs.marks.add(chunk, fs.marks.kept, at_end=False)
         fs.offset += len(chunk)
         read.new_bytes += len(chunk)
+        last += chunk[-HEAD_BYTES:]
+        del last[:-HEAD_BYTES]
     return alerts
 
 

@@ -1,9 +1,10 @@
 """`gradwatch tail`: follow live logs, alert as things happen, run a command for the bad incidents.
 
-One loop on the main thread: wait for a wake-up (a filesystem event, or the poll timer), read
-what is new in every file, feed each file's own `FileCheck`, group its alerts into incidents (one
-`Correlator` for all files; `--run` makes them one run), and hand alerts, incidents, file notices
-and statuses to the output. History is read first in whole chunks, so baselines are warm when
+One loop on the main thread: wait for a wake-up (a filesystem event, or the poll timer; files
+seen truncated get quicker looks of their own meanwhile, `wake.QuickLooks`), read what is new in
+every file, feed each file's own `FileCheck`, group its alerts into incidents (one `Correlator`
+for all files; `--run` makes them one run), and hand alerts, incidents, file notices and statuses
+to the output. History is read first in whole chunks, so baselines are warm when
 following starts (`--from-end` skips it; detectors then start cold). `--on-alert` commands run on
 a worker thread, one at a time, so a slow pager never delays reading; they run once when an
 incident reaches `--on-alert-severity`, again when it escalates and once when it ends, only while
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradwatch.alerts import Alert, Severity
+from gradwatch.commands.unknown_files import special_kind
 from gradwatch.config import Settings
 from gradwatch.detectors.resume_config import RunEnd
 from gradwatch.detectors.stall import Stall
@@ -54,9 +56,10 @@ from gradwatch.sinks.notify import run_command
 from gradwatch.sinks.snapshot import SnapshotWriter
 from gradwatch.sinks.tailing import Notice, TailSink, TailStatus, TailSummary, severity_counts
 from gradwatch.sources.exclude import Excludes
-from gradwatch.sources.follow import DEFAULT_ROTATE_WAIT_S, Follower
-from gradwatch.sources.stdin import STDIN, StdinFollower
-from gradwatch.sources.wake import Waker, choose_waker
+from gradwatch.sources.follow import DEFAULT_ROTATE_WAIT_S, Follower, OnData
+from gradwatch.sources.paths import expand
+from gradwatch.sources.stdin import StdinFollower, is_pipe
+from gradwatch.sources.wake import QuickLooks, Waker, choose_waker
 from gradwatch.stragglers import StragglerWatch
 
 __all__ = ["TailOptions", "run_tail"]
@@ -106,14 +109,20 @@ def run_tail(opts: TailOptions, settings: Settings, clock: Callable[[], float] =
     """Follow until Ctrl-C, SIGTERM, an `--exit-on` alert or the end of standard input; returns the exit code.
 
     Raises:
-        UsageError: an unknown format, an `--on-alert` command that cannot run, `-` beside other
-            paths or with `--from-end`, an unusable `--snapshot-dir`, `--output live` without a terminal,
-            a `--metrics-port` that cannot be served, or `--quiet` with another output than text.
+        UsageError: an unknown format, an `--on-alert` command that cannot run, `-` or a named
+            pipe beside other paths or with `--from-end`, an unusable `--snapshot-dir`, `--output
+            live` without a terminal, a `--metrics-port` that cannot be served, or `--quiet` with
+            another output than text.
     """
     if "-" in opts.paths and len(opts.paths) > 1:
         raise UsageError("`-` (standard input) cannot be followed together with files: run one tail for each")
     if "-" in opts.paths and opts.from_end:
         raise UsageError("--from-end does not apply to standard input: a pipe has only what comes next")
+    pipes = [p for p in opts.paths if p != "-" and is_pipe(Path(p))]
+    if pipes and len(opts.paths) > 1:
+        raise UsageError(f"{pipes[0]} is a named pipe, followed alone: run one tail for each pipe")
+    if pipes and opts.from_end:
+        raise UsageError(f"--from-end does not apply to {pipes[0]}, a named pipe: it has only what comes next")
     if opts.fmt is not None and opts.fmt not in {c.name for c in settings.custom_formats}:
         from gradwatch.parsers import new_parsers
 
@@ -183,7 +192,7 @@ class _Tail:
         self.correlator = Correlator(settings.incidents, opts.run)
         self.stragglers = None if opts.run is None else StragglerWatch(settings.stragglers)
         self.paged: set[str] = set()  # incidents told to --on-alert: only they are told when they end
-        self.stdin = StdinFollower(self._on_data) if opts.paths == ("-",) else None
+        self.stdin = _stream_follower(opts.paths, self._on_data)
         self.following = self.stdin is not None  # history is read (a pipe has none): alerts may run --on-alert
         self.history: dict[str, list[Alert]] = {}  # the history's alerts per file, told once it is read
         self.failed: set[str] = set()  # files gradwatch itself failed on: no longer judged
@@ -194,10 +203,11 @@ class _Tail:
         self.pending: list[tuple[Note, Future[str | None]]] = []
         self.follower: Follower | StdinFollower
         self.waker: Waker
+        self.quick: QuickLooks | None = None  # files seen truncated, looked at more often for a while
         if self.stdin is not None:
             self.follower = self.waker = self.stdin
         else:
-            self.follower = Follower(
+            files = self.follower = Follower(
                 list(opts.paths),
                 self._on_data,
                 self,
@@ -205,7 +215,10 @@ class _Tail:
                 rotate_wait=opts.rotate_wait,
                 exclude=Excludes(opts.exclude),
             )
-            self.waker = choose_waker(opts.poll, self.follower.watch_dirs())
+            self.quick = QuickLooks(lambda paths: files.poll(rescan=False, only=paths))
+            self.waker = choose_waker(opts.poll, files.watch_dirs(), self.quick)
+            for path in expand(list(opts.paths), Excludes(opts.exclude)).special:  # (what the follower skips)
+                self.sink.notice(Notice("skipped", str(path), f"{special_kind(path)}: never opened"))
 
     # ---- FollowEvents ---------------------------------------------------------------------------
     def file_added(self, path: str) -> None:
@@ -218,6 +231,8 @@ class _Tail:
     def file_truncated(self, path: str, resumed_at: int) -> None:
         detail = "read again from its start" if resumed_at == 0 else f"cut short: read on from byte {resumed_at:,}"
         self.sink.notice(Notice("truncated", path, detail))
+        if self.quick is not None:
+            self.quick.truncated(path)
 
     def file_missing(self, path: str) -> None:
         self.sink.notice(Notice("missing", path, "waiting for it"))
@@ -297,14 +312,16 @@ class _Tail:
 
     def _end_of_input(self, stdin: StdinFollower) -> None:
         if stdin.error is not None:
-            self.sink.notice(Notice("unreadable", STDIN, f"{stdin.error}; its end is taken as the end of input"))
+            self.sink.notice(Notice("unreadable", stdin.name, f"{stdin.error}; its end is taken as the end of input"))
         self.reason = "end of input"
         self._close_checks()
 
     def _close_checks(self) -> None:
         self._tell_history()  # (Ctrl-C while the history was read)
-        for check in self.checks.values():
-            self._dispatch(self._evidenced(check, check.close()))
+        for path, check in self.checks.items():
+            found = None if path in self.failed else self._judged(path, check, check.close)
+            if found is not None:
+                self._dispatch(found)
             if self.snapshots is not None:
                 self.snapshots.close(check)
         self._tell(self.correlator.settle())
@@ -361,17 +378,25 @@ class _Tail:
                 detail = "gzip-compressed: tail follows plain text logs; `gradwatch check` reads it"
                 self.sink.notice(Notice("unreadable", path, detail))
         self.last_data = self.clock()
-        try:
-            found = self._evidenced(check, check.feed(data))
-        except Exception as e:  # a fault of ours on this file's content: the other files are still followed
-            self.failed.add(path)
-            self.sink.notice(Notice("unreadable", path, internal_error(path, e)))
+        found = self._judged(path, check, lambda: check.feed(data))
+        if found is None:
             return
         if not self.following:
             self.history.setdefault(path, []).extend(found)
             return
         self._dispatch(found)
         self._tell(self.correlator.settle())
+
+    def _judged(self, path: str, check: FileCheck, judge: Callable[[], list[Alert]]) -> list[Alert] | None:
+        """The alerts of `judge` (the feed or the close of `check`), with their evidence; None when
+        gradwatch itself failed on this file's content: it is no longer judged (its stall and
+        straggler checks with it), the other files are still followed."""
+        try:
+            return self._evidenced(check, judge())
+        except Exception as e:
+            self.failed.add(path)
+            self.sink.notice(Notice("unreadable", path, internal_error(path, e)))
+            return None
 
     def _tell_history(self) -> None:
         """The alerts of what the files held when the tail started, in step order across the
@@ -423,14 +448,15 @@ class _Tail:
     def _wall_clock_stalls(self, now: float) -> None:
         for path, stall in self.stalls.items():
             at = self.last_step_at.get(path)
-            if stall is not None and at is not None:
+            if stall is not None and at is not None and path not in self.failed:
                 self._dispatch(self._evidenced(self.checks[path], stall.wall_clock_stall(now, at)))
 
     def _stragglers(self, now: float) -> None:
         """With --run: a file that fell behind the others, by steps or by the stall detector's clock."""
         if self.stragglers is not None:
-            limits = {p: float("inf") if stall is None else stall.limit() for p, stall in self.stalls.items()}
-            files = [c.summary for c in self.checks.values()]
+            judged = [p for p in self.checks if p not in self.failed]
+            limits = {p: float("inf") if (stall := self.stalls[p]) is None else stall.limit() for p in judged}
+            files = [self.checks[p].summary for p in judged]
             self._dispatch(self.stragglers.look(files, self.last_step_at, limits, now))
 
     def _export_metrics(self, now: float) -> None:
@@ -468,6 +494,15 @@ class _Tail:
             idle_s=None if self.last_data is None else now - self.last_data,
             alerts=dict(self.counts),
         )
+
+
+def _stream_follower(paths: tuple[str, ...], on_data: OnData) -> StdinFollower | None:
+    """The follower of standard input (`-`) or of a named pipe, when that is what is tailed."""
+    if paths == ("-",):
+        return StdinFollower(on_data)
+    if len(paths) == 1 and is_pipe(Path(paths[0])):
+        return StdinFollower(on_data, Path(paths[0]))
+    return None
 
 
 def _mtime(path: str, default: float) -> float:

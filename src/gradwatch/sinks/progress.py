@@ -7,6 +7,7 @@ as markup.
 
 from __future__ import annotations
 
+import stat
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -81,6 +82,8 @@ def _plain_size(path: Path | None) -> int | None:
     if path is None:
         return None
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # (a named pipe's open would wait for a writer)
+            return None
         with open(path, "rb") as fh:
             if fh.read(2) == b"\x1f\x8b":
                 return None

@@ -22,7 +22,8 @@ class FileRead:
     #: where the next scan starts
     offset: int = 0
     #: why it was read from its start: "new" (no usable state), "rotated", "truncated", or
-    #: "rewritten" (a gzip log that changed); None: resumed where the last scan stopped
+    #: "rewritten" (a gzip log that changed); "cut short": shorter than what was read, but the
+    #: same before (read on from where it stops matching); None: resumed where the last scan stopped
     restarted: str | None = None
 
 
@@ -48,7 +49,9 @@ class ScanReport(Report):
         line = Text(f"read {new:,} new bytes", style="dim")
         restarted = [p for p, r in self.reads.items() if r.restarted not in (None, "new")]
         for path in restarted:
-            line.append(f"; {safe_text(path)} was {self.reads[path].restarted}: read from its start", style="yellow")
+            why = self.reads[path].restarted
+            how = "read on from where it stops matching" if why == "cut short" else "read from its start"
+            line.append(f"; {safe_text(path)} was {why}: {how}", style="yellow")
         if self.delivery.sent or self.owed:
             line.append(f"; notifications sent: {self.delivery.sent}, still owed: {self.owed}", style="dim")
         return Group(super().__rich__(), line)

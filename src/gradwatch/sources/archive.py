@@ -1,12 +1,10 @@
-"""Reading archived logs: expanding the paths a user gave, and reading files in large chunks.
+"""Reading archived logs in large chunks.
 
-A directory is searched recursively for `*.log *.txt *.out *.jsonl` (and the same names with
-`.gz`). Gzip files are recognised by their magic bytes, whatever their name, and read transparently.
+Gzip files are recognised by their magic bytes, whatever their name, and read transparently.
 """
 
 from __future__ import annotations
 
-import glob
 import gzip
 import os
 import stat
@@ -15,29 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gradwatch.errors import InputError
-from gradwatch.sources.exclude import Excludes
-from gradwatch.sources.walk import glob_paths, walk_files
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".jsonl")
 CHUNK_BYTES = 4 << 20
-
-
-def expand_paths(args: list[str], exclude: Excludes | None = None) -> list[Path]:
-    """Files to read, in the order given; directories and unexpanded globs are expanded; the
-    files `exclude` matches are left out (`--exclude`).
-
-    A path that does not exist is kept: reading it reports the error for that file alone.
-    """
-    out: list[Path] = []
-    for arg in args:
-        p = Path(arg)
-        if p.is_dir():  # (each real directory once, regular files only: `sources.walk`)
-            out.extend(f for f in walk_files(p) if f.name.removesuffix(".gz").endswith(LOG_SUFFIXES))
-        elif not p.exists() and glob.has_magic(arg):
-            out.extend(Path(m) for m in glob_paths(arg))
-        else:
-            out.append(p)
-    return [f for f in out if exclude is None or not exclude.matches(f)]
 
 
 def read_chunks(path: Path, size: int = CHUNK_BYTES, first: int | None = None, start: int = 0) -> Iterator[bytes]:
@@ -68,7 +46,7 @@ def read_chunks(path: Path, size: int = CHUNK_BYTES, first: int | None = None, s
 #: What a path named may be besides a regular file, as a message says it.
 _NOT_FILES = {
     stat.S_IFDIR: "is a directory with no log files",
-    stat.S_IFIFO: "is a named pipe, not a file: pipe a live log into `gradwatch tail -` or `check -`",
+    stat.S_IFIFO: "is a named pipe, not a file (a pipe is read only as a log to check, not here)",
     stat.S_IFCHR: "is a device, not a file",
     stat.S_IFBLK: "is a device, not a file",
     stat.S_IFSOCK: "is a socket, not a file",

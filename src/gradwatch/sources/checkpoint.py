@@ -5,17 +5,22 @@ One JSON document, versioned like Vector's checkpoints (an incompatible change b
 `FORMAT_VERSION`) and replaced atomically (temp file, fsync, rename)::
 
     {"version": 3, "gradwatch": "0.1.0", "config": "<sha256 of the effective config>",
+     "scanned_at": <when the last scan began, seconds since the epoch>,
      "files": [{"key": "<path the run is known by>", "path": "<where it was read last>",
                 "dev", "ino", "head_len", "head_crc", "tail_len", "tail_crc", "offset",
+                "marks": {"base", "crc", "lines", "points": [offset step, crc, lines step, ...]},
                 "last_step", "last_step_at", "alerts": [[det, sev, n], ...],
                 "check": <the FileCheck as data (gradwatch.state.codec), or null>}],
      "incidents": <the Correlator as data, or null>,
      "notified": ["<incident id> <event> <severity>", ...],
      "outbox": [{"note": {"event", "incident", "headline", "alert": {...}}, "sinks": ["command", "webhook"]}]}
 
-Files are kept by identity (`Fingerprint`), not by path: `scan` finds a file again after a
-rename or a copytruncate. The parsers, detectors and incidents go through `state_dict()` and their
-class versions (`gradwatch.state`), and only classes of gradwatch's own are made from the file.
+Files are kept by identity (`Fingerprint`), not by path: `scan` finds a file again after a rename or
+a copytruncate. Its `marks` (`sources.marks`: about a thousand offsets with the crc up to each,
+every line end of the last ~500 lines read, further apart before; some 20 KB, whatever the log's
+size) find where a file cut short in place still matches what was read. The parsers, detectors and
+incidents go through `state_dict()` and their class versions (`gradwatch.state`), and only classes
+of gradwatch's own are made from the file.
 
 Recovery, never a traceback and never silent (one warning each): a missing file is a first run; a
 damaged one, or one of another format (version 2 held pickles: they are not loaded), is read for
@@ -47,6 +52,7 @@ from gradwatch.incidents import Correlator, Note
 from gradwatch.pipeline import FileCheck
 from gradwatch.sinks.outbox import Owed
 from gradwatch.sources.fingerprint import HEAD_BYTES, Fingerprint
+from gradwatch.sources.marks import Mark, Marks
 from gradwatch.state import StateError, dump, restore, restore_check
 
 __all__ = ["FORMAT_VERSION", "FileState", "ScanState", "config_digest", "load", "save"]
@@ -68,6 +74,8 @@ class FileState:
     path: str = ""
     fingerprint: Fingerprint | None = None
     offset: int = 0
+    #: where the file still matches what was read, should it be cut short (up to `offset`)
+    marks: Marks = field(default_factory=Marks)
     #: parsers and detectors as they were at `offset`; None: read the file from its start
     check: FileCheck | None = None
     last_step: int | None = None
@@ -81,7 +89,7 @@ class FileState:
 
     def restart(self) -> None:
         """Forget where reading stood (a rewritten file, an unusable saved check)."""
-        self.fingerprint, self.offset, self.check = None, 0, None
+        self.fingerprint, self.offset, self.check, self.marks = None, 0, None, Marks()
         self.last_step = self.last_step_at = None
 
 
@@ -89,6 +97,8 @@ class FileState:
 class ScanState:
     config: str
     files: list[FileState] = field(default_factory=list)
+    #: when the last scan began (None: none did), for the files rotated in and out since
+    scanned_at: float | None = None
     #: the incidents of every run scanned; None: group anew (a first scan, or logs read again)
     incidents: Correlator | None = None
     #: notes (`outbox.note_key`) already queued for notification
@@ -148,6 +158,9 @@ def load(path: Path, settings: Settings, warn: Callable[[str], None]) -> ScanSta
             "every log is read again from its start"
         )
         return state
+    scanned_at = doc.get("scanned_at")
+    if type(scanned_at) in (int, float) and math.isfinite(scanned_at):
+        state.scanned_at = float(scanned_at)
     _files(state, doc, path, warn)
     _resume(state, doc, settings, path, warn)
     return state
@@ -158,6 +171,7 @@ def save(path: Path, state: ScanState, warn: Callable[[str], None] | None = None
         "version": FORMAT_VERSION,
         "gradwatch": __version__,
         "config": state.config,
+        "scanned_at": state.scanned_at,
         "files": [_encode_file(f, warn) for f in state.files],
         "incidents": _dumped(state.incidents, "the incidents", warn),
         "notified": sorted(state.notified),
@@ -194,11 +208,22 @@ def _encode_file(f: FileState, warn: Callable[[str], None] | None) -> dict[str, 
         "tail_len": fp.tail_len if fp else None,
         "tail_crc": fp.tail_crc if fp else None,
         "offset": f.offset,
+        "marks": _encode_marks(f.marks),
         "last_step": f.last_step,
         "last_step_at": f.last_step_at,
         "alerts": [[det, sev, n] for (det, sev), n in sorted(f.alerts.items())],
         "check": _dumped(f.check, f.path, warn),
     }
+
+
+def _encode_marks(marks: Marks) -> dict[str, Any]:
+    """Offsets and lines as steps from the one before (small numbers), crcs as they are."""
+    points: list[int] = []
+    offset, lines = marks.base, 0
+    for m in marks.points:
+        points += [m.offset - offset, m.crc, m.lines - lines]
+        offset, lines = m.offset, m.lines
+    return {"base": marks.base, "crc": marks.crc, "lines": marks.lines, "points": points}
 
 
 def _encode_note(note: Note) -> dict[str, Any]:
@@ -278,10 +303,32 @@ def _decode_file(f: Any) -> FileState:
         path=_str(f["path"]),
         fingerprint=fp,
         offset=offset,
+        marks=_decode_marks(f.get("marks"), offset),
         last_step=None if f["last_step"] is None else _int(f["last_step"], -_LARGEST),
         last_step_at=None if last_step_at is None else float(last_step_at),
         alerts=alerts,
     )
+
+
+def _decode_marks(data: Any, offset: int) -> Marks:
+    """The marks up to `offset`; none (from `offset` on) in a state of an earlier build."""
+    marks = Marks(offset)
+    if data is None:
+        return marks
+    marks.base = marks.offset = _int(data["base"], 0, offset)
+    points = _list(data["points"])
+    if len(points) % 3 or len(points) > 3 * marks.kept:
+        raise StateError(f"{len(points)} numbers are not the marks' triples")
+    lines = 0
+    for i in range(0, len(points), 3):
+        marks.offset += _int(points[i], 1)
+        lines += _int(points[i + 2])
+        marks.points.append(Mark(marks.offset, _int(points[i + 1], 0, 2**32 - 1), lines))
+    marks.crc, marks.lines = _int(data["crc"], 0, 2**32 - 1), _int(data["lines"], lines)
+    if marks.offset > offset:
+        raise StateError(f"a mark at {marks.offset} is past the offset {offset}")
+    marks.offset = offset
+    return marks
 
 
 def _resume(state: ScanState, doc: dict[str, Any], settings: Settings, path: Path, warn: Callable[[str], None]) -> None:

@@ -14,8 +14,11 @@ even with the same header (the same config dump) and a reused inode.
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import os
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 __all__ = ["HEAD_BYTES", "Fingerprint"]
@@ -45,13 +48,39 @@ class Fingerprint:
         tail = _before(fd, offset)
         return cls(st.st_dev, st.st_ino, len(head), zlib.crc32(head), len(tail), zlib.crc32(tail))
 
+    @classmethod
+    def of_read(cls, st: os.stat_result, head: bytes, tail: bytes | bytearray) -> Fingerprint:
+        """The fingerprint of a file as it was read: its first bytes and the last ones read (a file
+        truncated while it was read is not fingerprinted by what it holds afterwards)."""
+        head, tail = head[:HEAD_BYTES], tail[-HEAD_BYTES:]
+        return cls(st.st_dev, st.st_ino, len(head), zlib.crc32(head), len(tail), zlib.crc32(tail))
+
     def holds(self, fd: int, offset: int) -> bool:
         """Whether `fd` holds what this fingerprint was taken of, read up to `offset`: the same
         first bytes and the same bytes before `offset` (whatever its inode)."""
-        head = os.pread(fd, self.head_len, 0)
+        return self._holds(lambda at, n: os.pread(fd, n, at), offset)
+
+    def holds_compressed(self, fd: int, offset: int | None) -> bool:
+        """`holds`, for the decompressed bytes of the gzip file `fd` (rotated, then compressed);
+        `offset` None: whether it begins as this file did (a compressed copy of it)."""
+        with contextlib.suppress(OSError, EOFError, zlib.error), os.fdopen(os.dup(fd), "rb") as raw:
+            stream = gzip.GzipFile(fileobj=raw)
+
+            def read(at: int, n: int) -> bytes:
+                stream.seek(at)  # (forward: head, then tail)
+                return stream.read(n)
+
+            return self._holds(read, offset)
+        return False
+
+    def _holds(self, read: Callable[[int, int], bytes], offset: int | None) -> bool:
+        head = read(0, self.head_len)
         if len(head) < self.head_len or zlib.crc32(head) != self.head_crc:
             return False
-        tail = _before(fd, offset, self.tail_len)
+        if offset is None:
+            return True
+        start = max(0, offset - self.tail_len)
+        tail = read(start, offset - start)
         return len(tail) == self.tail_len and zlib.crc32(tail) == self.tail_crc
 
     def names(self, st: os.stat_result) -> bool:

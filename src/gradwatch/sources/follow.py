@@ -14,12 +14,16 @@ parser's business (`LogStream` holds them). Before reading, it checks what the p
 * the same file with its first bytes intact but shorter than our offset, or with other bytes just
   before it (cut short, even if it grew back past our offset between two looks): read on from
   the line where it stops matching what was read, so no line is handed on twice. That line is
-  exact within the last ~500 lines read; further back, the last read that still matches is used.
+  exact within the last ~500 lines read; further back, the last read that still matches is used
+  (`sources.marks`).
 
 When a file ends without a newline, a newline is handed on before the next file's first byte, so
 two files never merge into one line. Limits, as in every tailer: what a writer appends to a
 copytruncated file between logrotate's copy and its truncate is lost (logrotate itself drops
-it), a compressed copy is not read, and a file rotated away twice between two looks is missed.
+it), and a file rotated away twice between two looks is missed. A renamed file is read by its
+descriptor, so compressing it later (logrotate's `compress`) loses nothing; but copytruncate's
+copy, and files rotated in and out between two looks, are looked for under plain names only: one
+already compressed is not read.
 
 A `Follower` owns all the paths of a command line: plain paths (waited for when missing) and globs
 and directories (searched again on `poll(rescan=True)`, so new per-rank files are picked up; a
@@ -33,18 +37,18 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import re
 import stat
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Protocol
 
 from gradwatch.sources.archive import CHUNK_BYTES, LOG_SUFFIXES
 from gradwatch.sources.exclude import Excludes
 from gradwatch.sources.fingerprint import Fingerprint
+from gradwatch.sources.marks import Mark, Marks, crc_range, last_match
 from gradwatch.sources.walk import glob_paths
 
 __all__ = ["DEFAULT_ROTATE_WAIT_S", "FileFollower", "FollowEvents", "Follower", "OnData", "watch_dir"]
@@ -57,10 +61,6 @@ _RETIRED_KEPT = 256
 DEFAULT_ROTATE_WAIT_S = 30.0
 #: The last bytes read from a file, kept as they were to find where a file cut short stops matching.
 _KEPT_BYTES = 32 << 10
-#: Offsets read up to (line ends while following), with the crc up to each, kept per file
-#: (thinned out as they age: the last 500 lines or so are exact; about 75 KB a file).
-_MARKS_KEPT = 1024
-_NEWLINE = re.compile(b"\n")
 #: Reads up to this size get a mark at every line's end (what is read while following; not history).
 _LINE_MARKS_UP_TO = 1 << 20
 #: Bytes compared just before the offset at every look.
@@ -89,52 +89,44 @@ class FollowEvents(Protocol):
 class _Reader:
     """One open file: where we are in it, and enough of what was read to find where it still matches.
 
-    `crc` checksums the bytes [base, offset); `marks` are (offset, crc up to it) at earlier reads,
-    thinned out as they age; `kept` holds the last bytes read, [offset - len(kept), offset), as they
-    were, so that a file cut short is resumed at the exact byte where it stops matching.
+    `marks` (`sources.marks`) checksum what was read from `base` to `offset`, at earlier reads;
+    `kept` holds the last bytes read, [offset - len(kept), offset), as they were, so that a file cut
+    short is resumed at the exact byte where it stops matching.
     """
 
     def __init__(self, fd: int, fp: Fingerprint, offset: int, skip_partial: bool = False) -> None:
         self.fd: int | None = fd
         self.fp = fp
-        self.base = self.offset = offset
-        self.crc = 0
-        self.marks: list[tuple[int, int]] = []
+        self.marks = Marks(offset)
         self.kept = bytearray()
-        self.kept_crc = 0  # the crc up to where `kept` starts
+        self.kept_at = self.marks.here  # where `kept` starts
         self.skip_partial = skip_partial  # started from the end in the middle of a line
         self.seen_size = offset  # (rotated files) the size at the last look, and since when it is so
         self.quiet_since = 0.0
+
+    @property
+    def offset(self) -> int:
+        return self.marks.offset
 
     def record(self, data: bytes) -> None:
         """`data` was read at `offset`: move on, and remember what it was."""
         if len(data) > _KEPT_BYTES:
             self._advance(data[:-_KEPT_BYTES])
             self.kept.clear()
-            self.kept_crc, data = self.crc, data[-_KEPT_BYTES:]
+            self.kept_at, data = self.marks.here, data[-_KEPT_BYTES:]
         self._advance(data)
         self.kept += data
         if len(self.kept) > 2 * _KEPT_BYTES:  # keep from a mark on, so that its crc is known
-            start, crc = next((m, c) for m, c in self.marks if m >= self.offset - _KEPT_BYTES)
-            del self.kept[: len(self.kept) - (self.offset - start)]
-            self.kept_crc = crc
+            self.kept_at = next(m for m in self.marks.points if m.offset >= self.offset - _KEPT_BYTES)
+            del self.kept[: len(self.kept) - (self.offset - self.kept_at.offset)]
 
     def _advance(self, data: bytes) -> None:
         """A mark at the end of `data`, and at each line's end in it while following (small reads):
         a job rolled back a few hundred lines is then resumed at the exact line."""
-        ends = [m.end() for m in _NEWLINE.finditer(data)] if len(data) <= _LINE_MARKS_UP_TO else []
-        start = 0
-        for end in [*ends, len(data)] if not ends or ends[-1] != len(data) else ends:
-            self.crc = zlib.crc32(data[start:end], self.crc)
-            self.marks.append((self.offset + end, self.crc))
-            start = end
-        self.offset += len(data)
-        if len(self.marks) > _MARKS_KEPT:  # every other one of the older half goes
-            half = len(self.marks) // 2
-            self.marks[:half] = self.marks[1:half:2]
+        self.marks.add(data, None if len(data) <= _LINE_MARKS_UP_TO else 0)
 
-    def matching_prefix(self, size: int) -> tuple[int, int]:
-        """How far the file still holds what was read from it (a byte offset), and the crc up to there.
+    def matching_prefix(self, size: int) -> Mark:
+        """How far the file still holds what was read from it (a byte offset, with the crc up to there).
 
         The checksums at the marks find the last read that still matches; the bytes kept find the
         start of the first line after it that differs. Reads the file from `base`: only done when
@@ -143,26 +135,19 @@ class _Reader:
         fd = self.fd
         assert fd is not None
         end = min(size, self.offset)
-        if end <= self.base:  # (cut before where reading began: nothing there was read)
-            return end, 0
-        kept_start = self.offset - len(self.kept)
-        checks = [(m, c) for m, c in self.marks if m < kept_start] + [(kept_start, self.kept_crc)]
-        good, good_crc, pos, crc = self.base, 0, self.base, 0
-        for mark, mark_crc in checks:
-            if mark > end:
-                break
-            crc = _crc_range(fd, pos, mark, crc)
-            pos = mark
-            if crc != mark_crc:
-                break
-            good, good_crc = mark, mark_crc
-        if good == kept_start < end:
-            now = os.pread(fd, end - good, good)
+        if end <= self.marks.base:  # (cut before where reading began: nothing there was read)
+            return Mark(end, 0, 0)
+        kept_start = self.kept_at.offset
+        checks = [m for m in self.marks.points if m.offset < kept_start] + [self.kept_at]
+        good = last_match(fd, checks, self.marks.base, end)
+        if good.offset == kept_start < end:
+            now = os.pread(fd, end - kept_start, kept_start)
             same = _common_prefix(now, self.kept[: end - kept_start])
-            if good + same < size:  # new bytes may begin as old ones did ("line 3" after "line 2"): from a line's start
+            # (new bytes may begin as old ones did, "line 3" after "line 2": from a line's start)
+            if kept_start + same < size:
                 same = now.rfind(b"\n", 0, same) + 1
-            good, good_crc = good + same, zlib.crc32(now[:same], good_crc)
-        return good, good_crc
+            good = Mark(kept_start + same, zlib.crc32(now[:same], good.crc), good.lines + now.count(b"\n", 0, same))
+        return good
 
     def seam_matches(self) -> bool:
         """Whether the bytes just before `offset` are still those read: a file cut short and grown
@@ -172,18 +157,17 @@ class _Reader:
         n = min(_SEAM_BYTES, len(self.kept))
         return n == 0 or os.pread(fd, n, self.offset - n) == self.kept[-n:]
 
-    def resume_at(self, offset: int, crc: int) -> None:
-        """Go on from `offset` (where the file still matches what was read), forgetting what follows."""
-        kept_start = self.offset - len(self.kept)
-        if offset < kept_start:
+    def resume_at(self, at: Mark) -> None:
+        """Go on from `at` (where the file still matches what was read), forgetting what follows."""
+        kept_start = self.kept_at.offset
+        if at.offset < kept_start:
             self.kept.clear()
-            self.kept_crc = crc
+            self.kept_at = at
         else:
-            del self.kept[offset - kept_start :]
-        if offset < self.base:  # cut before where reading began (--from-end): nothing known there
-            self.base, self.kept_crc, crc = offset, 0, 0
-        self.offset, self.crc = offset, crc
-        self.marks = [(m, c) for m, c in self.marks if m <= offset]
+            del self.kept[at.offset - kept_start :]
+        self.marks.resume(at)  # (before the base, after --from-end: nothing is known before it)
+        if at.offset <= self.marks.base:
+            self.kept_at = self.marks.here
 
     def close(self) -> None:
         if self.fd is not None:
@@ -193,16 +177,7 @@ class _Reader:
 
 def _holds_what_was_read(fd: int, reader: _Reader) -> bool:
     """Whether `fd` holds what `reader` read from its file: the crc from its base to its offset."""
-    return _crc_range(fd, reader.base, reader.offset, 0) == reader.crc
-
-
-def _crc_range(fd: int, start: int, end: int, crc: int) -> int:
-    while start < end:
-        data = os.pread(fd, min(end - start, CHUNK_BYTES), start)
-        if not data:
-            break
-        crc, start = zlib.crc32(data, crc), start + len(data)
-    return crc
+    return crc_range(fd, reader.marks.base, reader.offset, 0) == reader.marks.crc
 
 
 def _common_prefix(a: bytes, b: bytes | bytearray) -> int:
@@ -413,11 +388,11 @@ class FileFollower:
             current.fp = now
             return
         # (other first bytes after --from-end: nothing to compare them with)
-        offset, crc = (0, 0) if now is None and current.base > 0 else current.matching_prefix(size)
+        at = Mark(0, 0, 0) if now is None and current.marks.base > 0 else current.matching_prefix(size)
         self._read_copies(current)
         self._end_line(current)
-        self._events.file_truncated(self.path, offset)
-        current.resume_at(offset, crc)
+        self._events.file_truncated(self.path, at.offset)
+        current.resume_at(at)
         current.fp = Fingerprint.of(current.fd)
 
     def _read_copies(self, current: _Reader) -> None:
@@ -554,11 +529,13 @@ class Follower:
         """How many files are open now (missing and unreadable paths are not counted)."""
         return sum(f.is_open for f in self._followers.values())
 
-    def poll(self, rescan: bool) -> None:
-        """Read every file; with `rescan`, search the globs for new files first."""
+    def poll(self, rescan: bool, only: Collection[str] | None = None) -> None:
+        """Read every file (or the paths of `only`); with `rescan`, search the globs for new files first."""
         if rescan:
             self._scan()
-        for follower in self._followers.values():
+        for path, follower in self._followers.items():
+            if only is not None and path not in only:
+                continue
             follower.poll()
             if follower.retired:
                 self._retired.extend(follower.retired)
