@@ -48,7 +48,7 @@ class Recorder:
     def file_rotated(self, path: str) -> None:
         self.events.append(("rotated", path))
 
-    def file_truncated(self, path: str, resumed_at: int) -> None:
+    def file_truncated(self, path: str, resumed_at: int, read_before: int) -> None:
         self.events.append(("truncated", f"{path} at {resumed_at}"))
 
     def file_missing(self, path: str) -> None:

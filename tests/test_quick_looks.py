@@ -33,8 +33,8 @@ class TailEvents(Recorder):
         self.quick: QuickLooks | None = None
         self.looks: list[set[str]] = []
 
-    def file_truncated(self, path: str, resumed_at: int) -> None:
-        super().file_truncated(path, resumed_at)
+    def file_truncated(self, path: str, resumed_at: int, read_before: int) -> None:
+        super().file_truncated(path, resumed_at, read_before)
         assert self.quick is not None
         self.quick.truncated(path)
 

@@ -311,6 +311,25 @@ def test_copytruncate_restarts_at_zero(tmp_path: Path, tails: Any, mode: list[st
     assert len(t.alerts()) == 1
 
 
+@pytest.mark.parametrize("then", ["nothing", "the run going on", "a rollback"])
+def test_a_log_cut_far_back_reads_no_line_twice(tmp_path: Path, tails: Any, then: str) -> None:
+    """Cut 1,500 lines back, past where tail knows every line end: the lines between the last
+    mark that still matches and the cut were read before, so they are not read again (`sources.
+    resume`), whatever comes next; a rollback's own lines (lower steps) are read."""
+    log = tmp_path / "main_log.txt"
+    write_lines(str(log), 1000, 3000)
+    t = tails(str(log), "--status-every", "0.1")
+    t.wait_for(lambda o: o["type"] == "status" and o["records"] == 3000, what="all history read")
+    data = log.read_bytes()
+    os.truncate(log, data.index(b"\n", len(data) // 2) + 1)  # through step 2499
+    new = {"nothing": 0, "the run going on": 20, "a rollback": 20}[then]
+    write_lines(str(log), 2400 if then == "a rollback" else 4000, new)
+    t.wait_for(lambda o: o["type"] == "notice" and o["kind"] == "truncated", what="the cut noticed")
+    t.wait_for(lambda o: o["type"] == "status" and o["records"] >= 3000 + new, what="the new lines read")
+    time.sleep(0.5)  # (anything read twice would be read by now)
+    assert t.stop()["files"][0]["records"] == 3000 + new
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_files_created_after_start_are_followed(tmp_path: Path, tails: Any, mode: list[str]) -> None:
     """A path whose directory does not exist yet, and a glob that gains a per-rank file."""

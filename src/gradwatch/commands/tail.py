@@ -58,6 +58,7 @@ from gradwatch.sinks.tailing import Notice, TailSink, TailStatus, TailSummary, s
 from gradwatch.sources.exclude import Excludes
 from gradwatch.sources.follow import DEFAULT_ROTATE_WAIT_S, Follower, OnData
 from gradwatch.sources.paths import expand
+from gradwatch.sources.resume import Cut, feed_after_cut
 from gradwatch.sources.stdin import StdinFollower, is_pipe
 from gradwatch.sources.wake import QuickLooks, Waker, choose_waker
 from gradwatch.stragglers import StragglerWatch
@@ -196,6 +197,7 @@ class _Tail:
         self.following = self.stdin is not None  # history is read (a pipe has none): alerts may run --on-alert
         self.history: dict[str, list[Alert]] = {}  # the history's alerts per file, told once it is read
         self.failed: set[str] = set()  # files gradwatch itself failed on: no longer judged
+        self.cuts: dict[str, Cut] = {}  # files cut short far back, until their next bytes are read
         self.reason: str | None = None  # why the run stops; None while it goes on
         self.last_data: float | None = None
         self.rate: deque[tuple[float, int]] = deque()
@@ -228,7 +230,9 @@ class _Tail:
         detail = "the old file is read on until quiet for --rotate-wait; the new one from its start"
         self.sink.notice(Notice("rotated", path, detail))
 
-    def file_truncated(self, path: str, resumed_at: int) -> None:
+    def file_truncated(self, path: str, resumed_at: int, read_before: int) -> None:
+        if read_before:
+            self.cuts[path] = Cut(resumed_at, read_before)
         detail = "read again from its start" if resumed_at == 0 else f"cut short: read on from byte {resumed_at:,}"
         self.sink.notice(Notice("truncated", path, detail))
         if self.quick is not None:
@@ -378,7 +382,11 @@ class _Tail:
                 detail = "gzip-compressed: tail follows plain text logs; `gradwatch check` reads it"
                 self.sink.notice(Notice("unreadable", path, detail))
         self.last_data = self.clock()
-        found = self._judged(path, check, lambda: check.feed(data))
+        cut = self.cuts.pop(path, None)
+        if cut is None:
+            found = self._judged(path, check, lambda: check.feed(data))
+        else:  # (the first bytes after a cut far back: lines read before are not read again)
+            found = self._judged(path, check, lambda: feed_after_cut(check, data, cut, check.summary.last_step))
         if found is None:
             return
         if not self.following:

@@ -15,7 +15,8 @@ parser's business (`LogStream` holds them). Before reading, it checks what the p
   before it (cut short, even if it grew back past our offset between two looks): read on from
   the line where it stops matching what was read, so no line is handed on twice. That line is
   exact within the last ~500 lines read; further back, the last read that still matches is used
-  (`sources.marks`).
+  (`sources.marks`), and the command is told how many lines after it may have been read before
+  (`sources.resume` drops those, as `scan` does).
 
 When a file ends without a newline, a newline is handed on before the next file's first byte, so
 two files never merge into one line. Limits, as in every tailer: what a writer appends to a
@@ -76,8 +77,10 @@ class FollowEvents(Protocol):
     def file_rotated(self, path: str) -> None:
         """The file was renamed away: it is read on until quiet; a new file at `path` is read from 0."""
 
-    def file_truncated(self, path: str, resumed_at: int) -> None:
-        """The file shrank or was rewritten: it is read again from byte `resumed_at` (0: its start)."""
+    def file_truncated(self, path: str, resumed_at: int, read_before: int) -> None:
+        """The file shrank or was rewritten: it is read again from byte `resumed_at` (0: its start);
+        up to `read_before` lines after it may be lines read before (where it was cut further back
+        than every line end is known: `sources.resume` tells which)."""
 
     def file_missing(self, path: str) -> None:
         """Nothing is at `path` (not yet, or deleted): waiting for it."""
@@ -389,9 +392,11 @@ class FileFollower:
             return
         # (other first bytes after --from-end: nothing to compare them with)
         at = Mark(0, 0, 0) if now is None and current.marks.base > 0 else current.matching_prefix(size)
+        # (inexact, with bytes after it: the lines up to the next mark may have been read before)
+        after = None if at.offset >= min(size, current.kept_at.offset) else current.marks.after(at)
         self._read_copies(current)
         self._end_line(current)
-        self._events.file_truncated(self.path, at.offset)
+        self._events.file_truncated(self.path, at.offset, 0 if after is None else max(0, after.lines - at.lines - 1))
         current.resume_at(at)
         current.fp = Fingerprint.of(current.fd)
 
