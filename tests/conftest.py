@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,15 @@ import numpy as np
 import pytest
 
 from gradwatch.records import Columns, RecordBuilder, columns_of
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started where SIGINT is ignored (a background job of a script, `.ci/run &`) would
+    pass that on to every gradwatch it starts: the tests send Ctrl-C to gradwatch as a terminal
+    does, so its processes get the default back (a Python handler is reset to it across exec)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO.parent / "shared" / "samples" / "real"

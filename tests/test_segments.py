@@ -31,7 +31,7 @@ from gradwatch.events import Event, EventKind
 from gradwatch.parsers import new_parsers
 from gradwatch.parsers.stream import MAX_LINE_BYTES, Batch, BatchFacts, LogStream
 from gradwatch.pipeline import FileSummary, check_path
-from gradwatch.sources import archive
+from gradwatch.sources import archive, stdin
 from gradwatch.synth import FORMATS, Anomaly, RunSpec, generate, write_sized
 from tests.conftest import gradwatch_cmd, real_folders, real_samples, run_cli
 
@@ -846,6 +846,7 @@ def test_no_format_within_the_head_limit_means_reading_in_order(
         return real_read_chunks(file, size, first, start)
 
     monkeypatch.setattr(pipeline, "read_chunks", noted)
+    monkeypatch.setattr(stdin, "read_chunks", noted)  # (how a file is read whole: `read_log`)
     summary, _ = _same(path, split=False)
     assert summary.records == 3000
     assert starts[0] == 0 and segments.HEAD_LIMIT <= starts[-1] < path.stat().st_size  # jobs 1, then 2
